@@ -1,0 +1,138 @@
+//! Envelopes: a request is `{id, op, args}`; a reply is `{id, ok}` or `{id, err}`.
+//!
+//! Bodies are MessagePack maps with field names. Request decoding is lenient about unknown
+//! fields and strict about the three it needs, and it tells the caller which id to answer
+//! even when the rest is wrong.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::{ErrorBody, ErrorCode};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    pub id: u64,
+    pub op: String,
+    #[serde(default)]
+    pub args: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    pub id: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ok: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub err: Option<ErrorBody>,
+}
+
+impl Reply {
+    pub fn ok(id: u64, value: Value) -> Self {
+        Reply { id, ok: Some(value), err: None }
+    }
+
+    pub fn err(id: u64, err: ErrorBody) -> Self {
+        Reply { id, ok: None, err: Some(err) }
+    }
+}
+
+/// Why a request body could not be taken, with the id to answer (0 when none could be read).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BadRequest {
+    pub id: u64,
+    pub error: ErrorBody,
+}
+
+/// Decodes one request body. Unknown envelope fields are ignored.
+pub fn decode_request(body: &[u8]) -> Result<Request, BadRequest> {
+    let bad = |id: u64, code: ErrorCode, msg: String| BadRequest { id, error: ErrorBody::new(code, msg) };
+    let value: Value = rmp_serde::from_slice(body)
+        .map_err(|e| bad(0, ErrorCode::MalformedFrame, format!("body is not a messagepack map: {e}")))?;
+    let Value::Object(mut map) = value else {
+        return Err(bad(0, ErrorCode::MalformedFrame, "body is not a map".into()));
+    };
+    let id = match map.get("id") {
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| bad(0, ErrorCode::MalformedFrame, "id must be an unsigned integer".into()))?,
+        None => return Err(bad(0, ErrorCode::MalformedFrame, "id is missing".into())),
+    };
+    let op = match map.remove("op") {
+        Some(Value::String(op)) => op,
+        Some(_) => return Err(bad(id, ErrorCode::MalformedFrame, "op must be a string".into())),
+        None => return Err(bad(id, ErrorCode::MalformedFrame, "op is missing".into())),
+    };
+    let args = match map.remove("args") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(args)) => args,
+        Some(_) => return Err(bad(id, ErrorCode::MalformedFrame, "args must be a map".into())),
+    };
+    Ok(Request { id, op, args })
+}
+
+/// Encodes a request body (named maps).
+pub fn encode_request(req: &Request) -> Vec<u8> {
+    rmp_serde::to_vec_named(req).expect("a request always encodes")
+}
+
+/// Encodes a reply body (named maps).
+pub fn encode_reply(reply: &Reply) -> Vec<u8> {
+    rmp_serde::to_vec_named(reply).expect("a reply always encodes")
+}
+
+/// Decodes a reply body.
+pub fn decode_reply(body: &[u8]) -> Result<Reply, rmp_serde::decode::Error> {
+    rmp_serde::from_slice(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pack(v: &Value) -> Vec<u8> {
+        rmp_serde::to_vec_named(v).unwrap()
+    }
+
+    #[test]
+    fn decodes_a_request_and_ignores_unknown_fields() {
+        let body = pack(&json!({"id": 7, "op": "ping", "args": {"x": 1}, "trace": "abc"}));
+        let req = decode_request(&body).unwrap();
+        assert_eq!(req.id, 7);
+        assert_eq!(req.op, "ping");
+        assert_eq!(req.args["x"], json!(1));
+    }
+
+    #[test]
+    fn missing_args_is_an_empty_map() {
+        let req = decode_request(&pack(&json!({"id": 1, "op": "hello"}))).unwrap();
+        assert!(req.args.is_empty());
+    }
+
+    #[test]
+    fn bad_envelopes_name_the_id_when_they_can() {
+        let cases = [
+            (vec![0xc1], 0),                                   // never-used msgpack byte
+            (pack(&json!([1, 2])), 0),                          // not a map
+            (pack(&json!({"op": "ping"})), 0),                  // no id
+            (pack(&json!({"id": -1, "op": "ping"})), 0),        // negative id
+            (pack(&json!({"id": 9, "op": 3})), 9),              // op not a string
+            (pack(&json!({"id": 9, "op": "x", "args": 1})), 9), // args not a map
+        ];
+        for (body, id) in cases {
+            let err = decode_request(&body).unwrap_err();
+            assert_eq!(err.id, id);
+            assert_eq!(err.error.code, ErrorCode::MalformedFrame);
+        }
+    }
+
+    #[test]
+    fn replies_are_named_maps() {
+        let ok = encode_reply(&Reply::ok(3, json!({"pong": true})));
+        let v: Value = rmp_serde::from_slice(&ok).unwrap();
+        assert_eq!(v, json!({"id": 3, "ok": {"pong": true}}));
+        let err = encode_reply(&Reply::err(4, ErrorBody::new(ErrorCode::Timeout, "slow")));
+        let v: Value = rmp_serde::from_slice(&err).unwrap();
+        assert_eq!(v, json!({"id": 4, "err": {"code": "timeout", "message": "slow", "retryable": true}}));
+    }
+}

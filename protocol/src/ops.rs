@@ -1,0 +1,105 @@
+//! Arguments and results of each op, as the wire carries them (maps with field names).
+//!
+//! Every field that is not required has a default, and unknown fields are ignored, so old
+//! clients and new servers (and the reverse) keep talking.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Op names. `capabilities` in `hello` lists the ones a server serves.
+pub const OPS: &[&str] = &["hello", "ping", "health", "stats", "decorate", "report", "export"];
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HelloArgs {
+    /// The lowest protocol version the client speaks.
+    #[serde(default = "one")]
+    pub min_version: u32,
+    /// The highest protocol version the client speaks.
+    #[serde(default = "one")]
+    pub max_version: u32,
+    /// Free text naming the client, for logs.
+    #[serde(default)]
+    pub client: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    pub max_frame_bytes: u64,
+    pub max_memory_id_bytes: u64,
+    pub max_in_flight: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HelloReply {
+    /// The version both sides will speak: the highest in both ranges.
+    pub protocol_version: u32,
+    pub min_version: u32,
+    pub max_version: u32,
+    pub server: String,
+    pub server_version: String,
+    pub limits: Limits,
+    pub capabilities: Vec<String>,
+}
+
+/// How the request's history relates to what the memory already holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HistoryMode {
+    /// The request holds the whole history (or a trimmed copy of it); align and store the tail.
+    #[default]
+    Full,
+    /// The request holds only messages the memory has not seen.
+    Delta,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecorateArgs {
+    pub memory: String,
+    /// A Chat Completions or Responses request, as the provider SDK takes it.
+    pub request: Value,
+    /// Unix time in seconds; the daemon's clock when absent.
+    #[serde(default)]
+    pub now: Option<f64>,
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Token ceiling for this memory; stored on the memory when given.
+    #[serde(default)]
+    pub ceiling: Option<u64>,
+    #[serde(default)]
+    pub agent: Option<String>,
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub history: HistoryMode,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecorateReply {
+    pub request: Value,
+    pub info: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReportArgs {
+    pub memory: String,
+    /// A `chat.completion` or Responses `response` object.
+    pub response: Value,
+    #[serde(default)]
+    pub now: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReportReply {
+    pub response: Value,
+    /// True when the reply held only the note call: call the model once more.
+    pub again: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExportArgs {
+    pub memory: String,
+}
