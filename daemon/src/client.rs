@@ -1,0 +1,107 @@
+//! A small blocking Rust client: used by the end-to-end tests and the latency benchmark.
+//! Python and TypeScript have their own clients (client-py, client-ts).
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use recalld_protocol::envelope::decode_reply;
+use recalld_protocol::{encode_frame, encode_request, ErrorBody, Frame, FrameDecoder, Reply, Request};
+use serde_json::{Map, Value};
+
+pub struct Client {
+    stream: UnixStream,
+    decoder: FrameDecoder,
+    buf: BytesMut,
+    next_id: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("server error {}: {}", .0.code, .0.message)]
+    Server(ErrorBody),
+    #[error("bad reply: {0}")]
+    BadReply(String),
+}
+
+impl ClientError {
+    pub fn code(&self) -> Option<&'static str> {
+        match self {
+            ClientError::Server(e) => Some(e.code.as_str()),
+            _ => None,
+        }
+    }
+}
+
+impl Client {
+    pub fn connect(path: &Path) -> Result<Client, ClientError> {
+        let stream = UnixStream::connect(path)?;
+        stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+        Ok(Client { stream, decoder: FrameDecoder::new(usize::MAX), buf: BytesMut::new(), next_id: 1 })
+    }
+
+    /// Sends a request without waiting; returns its id.
+    pub fn send(&mut self, op: &str, args: Value) -> Result<u64, ClientError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let args = match args {
+            Value::Object(m) => m,
+            Value::Null => Map::new(),
+            other => return Err(ClientError::BadReply(format!("args must be a map, got {other}"))),
+        };
+        let body = encode_request(&Request { id, op: op.into(), args });
+        self.send_raw_body(&body)?;
+        Ok(id)
+    }
+
+    /// Sends one frame with an arbitrary body.
+    pub fn send_raw_body(&mut self, body: &[u8]) -> Result<(), ClientError> {
+        let mut out = BytesMut::new();
+        encode_frame(body, usize::MAX, &mut out).map_err(|e| ClientError::BadReply(e.to_string()))?;
+        self.send_raw(&out)
+    }
+
+    /// Writes raw bytes to the socket.
+    pub fn send_raw(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
+        self.stream.write_all(bytes)?;
+        Ok(())
+    }
+
+    /// Reads the next reply, whatever its id.
+    pub fn recv(&mut self) -> Result<Reply, ClientError> {
+        loop {
+            if let Some(frame) = self.decoder.decode(&mut self.buf) {
+                let Frame::Body(body) = frame else { unreachable!("no limit on the client side") };
+                return decode_reply(&body).map_err(|e| ClientError::BadReply(e.to_string()));
+            }
+            let mut chunk = [0u8; 64 * 1024];
+            let n = self.stream.read(&mut chunk)?;
+            if n == 0 {
+                return Err(ClientError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Sends a request and waits for its reply.
+    pub fn call(&mut self, op: &str, args: Value) -> Result<Value, ClientError> {
+        let id = self.send(op, args)?;
+        let reply = self.recv()?;
+        if reply.id != id {
+            return Err(ClientError::BadReply(format!("reply id {} for request {id}", reply.id)));
+        }
+        into_result(reply)
+    }
+}
+
+pub fn into_result(reply: Reply) -> Result<Value, ClientError> {
+    match (reply.ok, reply.err) {
+        (_, Some(err)) => Err(ClientError::Server(err)),
+        (Some(ok), None) => Ok(ok),
+        (None, None) => Err(ClientError::BadReply("reply has neither ok nor err".into())),
+    }
+}

@@ -1,0 +1,178 @@
+//! Ingest: which messages of a request are new for the memory.
+//!
+//! A client may resend its whole history every call, send a trimmed copy of it, or (with
+//! `history: "delta"`) only new messages. The request's history is aligned with the stored,
+//! active messages by fingerprint; only the new tail is stored. When the request shares a
+//! stretch with the stored history and then differs, the history was edited: the stored
+//! messages after the edit point are marked superseded (kept, exported, never deleted) and the
+//! request's version is stored after them.
+
+use recalld_protocol::ops::HistoryMode;
+
+use super::records::{MemoryRecord, Source, StoredMessage};
+use crate::formats::{Message, Role};
+use crate::store::{keys, StoreError, Table, Writer};
+
+/// What ingesting a request will do.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Index into the stored active history from which messages are superseded (an edit).
+    pub supersede_from: Option<usize>,
+    /// Messages of the request that are new, in order.
+    pub new: Vec<Message>,
+    /// How the request lined up: "first", "delta", "extends", "edit", "unrelated".
+    pub aligned: &'static str,
+    pub now: f64,
+}
+
+pub fn plan(
+    memory: Option<&MemoryRecord>,
+    stored: &[StoredMessage],
+    incoming: &[Message],
+    mode: HistoryMode,
+    now: f64,
+) -> Plan {
+    let make = |supersede_from, new: &[Message], aligned| Plan { supersede_from, new: new.to_vec(), aligned, now };
+    if memory.is_none() || stored.is_empty() {
+        return make(None, incoming, "first");
+    }
+    if mode == HistoryMode::Delta {
+        return make(None, incoming, "delta");
+    }
+    let stored_fp: Vec<u64> = stored.iter().map(|m| m.fingerprint).collect();
+    let incoming_fp: Vec<u64> = incoming.iter().map(Message::fingerprint).collect();
+    let Some(&first) = incoming_fp.first() else {
+        return make(None, &[], "extends");
+    };
+    // Candidate places where the request's first message stands in the stored history, latest
+    // first. A candidate whose run reaches the stored end means the request extends what we
+    // have; otherwise the longest run marks where an edit begins.
+    let mut best_edit: Option<(usize, usize)> = None;
+    for start in (0..stored_fp.len()).rev().filter(|&i| stored_fp[i] == first) {
+        let run = stored_fp[start..].iter().zip(&incoming_fp).take_while(|(a, b)| a == b).count();
+        if start + run == stored_fp.len() {
+            return make(None, &incoming[run..], "extends");
+        }
+        if best_edit.is_none_or(|(_, r)| run > r) {
+            best_edit = Some((start, run));
+        }
+    }
+    match best_edit {
+        Some((start, run)) => make(Some(start + run), &incoming[run..], "edit"),
+        // Nothing in common: the request holds only messages we have not seen.
+        None => make(None, incoming, "unrelated"),
+    }
+}
+
+/// Writes a plan: marks superseded messages, stores the new ones with their turns.
+pub fn apply(
+    w: &mut Writer<'_>,
+    memory: &mut MemoryRecord,
+    stored: &[StoredMessage],
+    plan: &Plan,
+    source: Source,
+) -> Result<(), StoreError> {
+    if let Some(from) = plan.supersede_from {
+        for old in &stored[from..] {
+            let mut old = old.clone();
+            old.superseded_at = Some(plan.now);
+            w.put(Table::Messages, &keys::seq(&memory.id, old.seq), &old)?;
+        }
+    }
+    for message in &plan.new {
+        let is_user = message.role == Role::User;
+        let stored = StoredMessage::new(memory, message.clone(), plan.now, source);
+        w.put(Table::Messages, &keys::seq(&memory.id, stored.seq), &stored)?;
+        memory.next_seq += 1;
+        if is_user {
+            memory.turn = stored.turn;
+            memory.last_user_at = Some(plan.now);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::Format;
+
+    fn msgs(spec: &[(&str, &str)]) -> Vec<Message> {
+        spec.iter()
+            .map(|(role, text)| {
+                let role = match *role {
+                    "u" => Role::User,
+                    "a" => Role::Assistant,
+                    _ => Role::System,
+                };
+                Message::new(Format::ChatCompletions, role, *text)
+            })
+            .collect()
+    }
+
+    fn stored(ms: &[Message]) -> (MemoryRecord, Vec<StoredMessage>) {
+        let mut mem = MemoryRecord::new("m", 0.0);
+        let mut out = Vec::new();
+        for m in ms {
+            let s = StoredMessage::new(&mem, m.clone(), 0.0, Source::Request);
+            mem.next_seq += 1;
+            if m.role == Role::User {
+                mem.turn = s.turn;
+            }
+            out.push(s);
+        }
+        (mem, out)
+    }
+
+    #[test]
+    fn full_resend_stores_only_the_tail() {
+        let old = msgs(&[("u", "hi"), ("a", "hello"), ("u", "how are you")]);
+        let (mem, st) = stored(&old);
+        let mut incoming = old.clone();
+        incoming.extend(msgs(&[("a", "fine"), ("u", "good")]));
+        let p = plan(Some(&mem), &st, &incoming, HistoryMode::Full, 1.0);
+        assert_eq!(p.aligned, "extends");
+        assert_eq!(p.new.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(), vec!["fine", "good"]);
+        assert_eq!(p.supersede_from, None);
+    }
+
+    #[test]
+    fn trimmed_resend_aligns_on_the_overlap() {
+        let old = msgs(&[("u", "a"), ("a", "b"), ("u", "c"), ("a", "d")]);
+        let (mem, st) = stored(&old);
+        let incoming = msgs(&[("u", "c"), ("a", "d"), ("u", "e")]);
+        let p = plan(Some(&mem), &st, &incoming, HistoryMode::Full, 1.0);
+        assert_eq!(p.aligned, "extends");
+        assert_eq!(p.new.len(), 1);
+    }
+
+    #[test]
+    fn repeated_messages_pick_the_alignment_that_reaches_the_end() {
+        let old = msgs(&[("u", "yes"), ("a", "ok"), ("u", "yes"), ("a", "ok")]);
+        let (mem, st) = stored(&old);
+        let incoming = msgs(&[("u", "yes"), ("a", "ok"), ("u", "next")]);
+        let p = plan(Some(&mem), &st, &incoming, HistoryMode::Full, 1.0);
+        assert_eq!(p.aligned, "extends");
+        assert_eq!(p.new.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(), vec!["next"]);
+    }
+
+    #[test]
+    fn an_edit_supersedes_from_the_edit_point() {
+        let old = msgs(&[("u", "a"), ("a", "b"), ("u", "c"), ("a", "d")]);
+        let (mem, st) = stored(&old);
+        let incoming = msgs(&[("u", "a"), ("a", "b"), ("u", "C edited")]);
+        let p = plan(Some(&mem), &st, &incoming, HistoryMode::Full, 1.0);
+        assert_eq!(p.aligned, "edit");
+        assert_eq!(p.supersede_from, Some(2));
+        assert_eq!(p.new.len(), 1);
+    }
+
+    #[test]
+    fn delta_mode_stores_everything_sent() {
+        let old = msgs(&[("u", "a"), ("a", "b")]);
+        let (mem, st) = stored(&old);
+        let incoming = msgs(&[("u", "a")]);
+        let p = plan(Some(&mem), &st, &incoming, HistoryMode::Delta, 1.0);
+        assert_eq!(p.new.len(), 1);
+    }
+}

@@ -1,0 +1,35 @@
+//! Key layout. Every per-memory key starts with the memory id and a NUL byte (ids never hold
+//! NUL), so one memory's entries are one contiguous key range and "a" never scans into "ab".
+//! Numbers are big-endian so key order is numeric order.
+
+/// The key of a memory's own record.
+pub fn memory(memory: &str) -> Vec<u8> {
+    memory.as_bytes().to_vec()
+}
+
+/// The prefix of every entry that belongs to `memory` in a per-memory table.
+pub fn memory_prefix(memory: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(memory.len() + 1);
+    k.extend_from_slice(memory.as_bytes());
+    k.push(0);
+    k
+}
+
+/// `memory` NUL `n` (8 bytes, big-endian).
+pub fn seq(memory: &str, n: u64) -> Vec<u8> {
+    let mut k = memory_prefix(memory);
+    k.extend_from_slice(&n.to_be_bytes());
+    k
+}
+
+/// `memory` NUL `a` `b` (each 8 bytes, big-endian).
+pub fn seq2(memory: &str, a: u64, b: u64) -> Vec<u8> {
+    let mut k = seq(memory, a);
+    k.extend_from_slice(&b.to_be_bytes());
+    k
+}
+
+/// The prefix of every `seq2(memory, a, _)` key.
+pub fn seq2_prefix(memory: &str, a: u64) -> Vec<u8> {
+    seq(memory, a)
+}

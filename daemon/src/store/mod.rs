@@ -1,0 +1,457 @@
+//! The store: one LMDB environment with named tables, the one source of truth.
+//!
+//! Only this module imports lmdb-rkv. Callers see tables, byte keys and serde values, and run
+//! their reads and writes inside closures: a transaction never outlives the closure, so it
+//! never crosses an `.await` and never leaves its thread. Every write closure is one
+//! transaction; when the map is full the closure is run again on a grown map, so a write is
+//! never lost to MDB_MAP_FULL.
+
+pub mod keys;
+
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
+
+use lmdb::{Cursor, Database, DatabaseFlags, Environment, EnvironmentFlags, Transaction, WriteFlags};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// The on-disk schema this build writes. A store written by a newer schema is refused.
+pub const SCHEMA_VERSION: u32 = 1;
+const SCHEMA_KEY: &[u8] = b"schema_version";
+
+/// Named tables. Keys are built by [`keys`]; values are MessagePack maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Table {
+    /// Store-wide records: schema version, model identity.
+    Meta,
+    /// memory id → memory record.
+    Memories,
+    /// memory id + seq → stored message.
+    Messages,
+    /// memory id + episode number → episode.
+    Episodes,
+    /// memory id + episode + trace number → trace.
+    Traces,
+    /// memory id + fact number → fact.
+    Facts,
+    /// memory id + job number → queued background job.
+    Jobs,
+    /// memory id + turn → recall block stored with that turn.
+    Recall,
+}
+
+impl Table {
+    const ALL: [Table; 8] = [
+        Table::Meta,
+        Table::Memories,
+        Table::Messages,
+        Table::Episodes,
+        Table::Traces,
+        Table::Facts,
+        Table::Jobs,
+        Table::Recall,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Table::Meta => "meta",
+            Table::Memories => "memories",
+            Table::Messages => "messages",
+            Table::Episodes => "episodes",
+            Table::Traces => "traces",
+            Table::Facts => "facts",
+            Table::Jobs => "jobs",
+            Table::Recall => "recall",
+        }
+    }
+
+    fn index(self) -> usize {
+        Table::ALL.iter().position(|t| *t == self).expect("every table is in ALL")
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot create data directory {path}: {source}")]
+    CreateDir { path: PathBuf, source: std::io::Error },
+    #[error("lmdb: {0}")]
+    Lmdb(#[from] lmdb::Error),
+    #[error(
+        "the data at {path} has schema version {found}; this recalld reads up to {supported}: \
+         run a newer recalld or point --data elsewhere"
+    )]
+    NewerSchema { path: PathBuf, found: u32, supported: u32 },
+    #[error("stored value in {table} cannot be decoded: {message}")]
+    Decode { table: &'static str, message: String },
+    #[error("value for {table} cannot be encoded: {message}")]
+    Encode { table: &'static str, message: String },
+    #[error("key of {len} bytes is out of lmdb's range (1 to 511)")]
+    KeySize { len: usize },
+}
+
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Initial map size in bytes; it grows by doubling when full.
+    pub map_size: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        // Address space, not disk: the file grows with use.
+        StoreOptions { map_size: 1 << 30 }
+    }
+}
+
+pub struct Store {
+    env: Environment,
+    dbs: Vec<Database>,
+    /// Readers and writers hold it shared; growing the map holds it alone (LMDB requires no
+    /// open transaction while the map is resized).
+    resize: RwLock<()>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the store in `dir`, checking the schema version.
+    pub fn open(dir: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(dir)
+            .map_err(|source| StoreError::CreateDir { path: dir.to_path_buf(), source })?;
+        let env = Environment::new()
+            .set_max_dbs(Table::ALL.len() as u32 + 4)
+            .set_map_size(opts.map_size)
+            .set_max_readers(512)
+            // Read transactions are opened and closed on whichever blocking thread runs them.
+            .set_flags(EnvironmentFlags::NO_TLS)
+            .open_with_permissions(dir, 0o600)?;
+        let mut dbs = Vec::with_capacity(Table::ALL.len());
+        for table in Table::ALL {
+            dbs.push(env.create_db(Some(table.name()), DatabaseFlags::empty())?);
+        }
+        let store = Store { env, dbs, resize: RwLock::new(()), path: dir.to_path_buf() };
+        store.check_schema()?;
+        Ok(store)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn check_schema(&self) -> Result<(), StoreError> {
+        let found: Option<u32> = self.read(|r| r.get(Table::Meta, SCHEMA_KEY))?;
+        match found {
+            Some(v) if v > SCHEMA_VERSION => Err(StoreError::NewerSchema {
+                path: self.path.clone(),
+                found: v,
+                supported: SCHEMA_VERSION,
+            }),
+            Some(_) => Ok(()),
+            None => self.write(|w| w.put(Table::Meta, SCHEMA_KEY, &SCHEMA_VERSION)),
+        }
+    }
+
+    fn db(&self, table: Table) -> Database {
+        self.dbs[table.index()]
+    }
+
+    /// Runs `f` in one read transaction.
+    pub fn read<T>(&self, f: impl FnOnce(&Reader<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let _shared = self.resize.read().unwrap_or_else(|e| e.into_inner());
+        let txn = self.env.begin_ro_txn()?;
+        let reader = Reader { store: self, txn: &txn };
+        f(&reader)
+    }
+
+    /// Runs `f` in one write transaction and commits it. On MDB_MAP_FULL the transaction is
+    /// dropped, the map doubled and `f` run again from the start.
+    pub fn write<T>(&self, mut f: impl FnMut(&mut Writer<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        loop {
+            let attempt = {
+                let _shared = self.resize.read().unwrap_or_else(|e| e.into_inner());
+                let txn = self.env.begin_rw_txn()?;
+                let mut writer = Writer { store: self, txn };
+                match f(&mut writer) {
+                    Ok(value) => writer.txn.commit().map(|()| value).map_err(StoreError::from),
+                    Err(e) => Err(e),
+                }
+            };
+            match attempt {
+                Err(StoreError::Lmdb(lmdb::Error::MapFull)) => self.grow()?,
+                other => return other,
+            }
+        }
+    }
+
+    fn grow(&self) -> Result<(), StoreError> {
+        let _alone = self.resize.write().unwrap_or_else(|e| e.into_inner());
+        let current = self.env.info()?.map_size();
+        let next = current.saturating_mul(2);
+        tracing::info!(from = current, to = next, "store map full, growing");
+        self.env.set_map_size(next)?;
+        Ok(())
+    }
+
+    /// Flushes to disk (commits are already durable; this is for shutdown).
+    pub fn sync(&self) -> Result<(), StoreError> {
+        Ok(self.env.sync(true)?)
+    }
+
+    /// Bytes used by the data file.
+    pub fn size_bytes(&self) -> u64 {
+        std::fs::metadata(self.path.join("data.mdb")).map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// Current map size in bytes.
+    pub fn map_size(&self) -> usize {
+        self.env.info().map(|i| i.map_size()).unwrap_or(0)
+    }
+}
+
+fn check_key(key: &[u8]) -> Result<(), StoreError> {
+    if key.is_empty() || key.len() > 511 {
+        return Err(StoreError::KeySize { len: key.len() });
+    }
+    Ok(())
+}
+
+fn decode<V: DeserializeOwned>(table: Table, bytes: &[u8]) -> Result<V, StoreError> {
+    rmp_serde::from_slice(bytes)
+        .map_err(|e| StoreError::Decode { table: table.name(), message: e.to_string() })
+}
+
+fn get_in<V: DeserializeOwned>(
+    txn: &impl Transaction,
+    db: Database,
+    table: Table,
+    key: &[u8],
+) -> Result<Option<V>, StoreError> {
+    check_key(key)?;
+    match txn.get(db, &key) {
+        Ok(bytes) => decode(table, bytes).map(Some),
+        Err(lmdb::Error::NotFound) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Visits every entry whose key starts with `prefix`, in key order, until `f` returns false.
+fn scan_in(
+    txn: &impl Transaction,
+    db: Database,
+    prefix: &[u8],
+    start: &[u8],
+    mut f: impl FnMut(&[u8], &[u8]) -> Result<bool, StoreError>,
+) -> Result<(), StoreError> {
+    let mut cursor = txn.open_ro_cursor(db)?;
+    let iter = if start.is_empty() { cursor.iter_start() } else { cursor.iter_from(start) };
+    for item in iter {
+        let (k, v) = item?;
+        if !k.starts_with(prefix) {
+            break;
+        }
+        if !f(k, v)? {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Visits entries with `prefix` from the end backwards (newest first for sequence keys).
+fn scan_rev_in(
+    txn: &impl Transaction,
+    db: Database,
+    prefix: &[u8],
+    mut f: impl FnMut(&[u8], &[u8]) -> Result<bool, StoreError>,
+) -> Result<(), StoreError> {
+    // Collect forward, then walk back: lmdb-rkv exposes no reverse iterator. Prefix ranges
+    // here are one memory's table, bounded by what one memory holds.
+    let mut all: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    scan_in(txn, db, prefix, prefix, |k, v| {
+        all.push((k.to_vec(), v.to_vec()));
+        Ok(true)
+    })?;
+    for (k, v) in all.iter().rev() {
+        if !f(k, v)? {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Read access inside one transaction.
+pub struct Reader<'s> {
+    store: &'s Store,
+    txn: &'s lmdb::RoTransaction<'s>,
+}
+
+impl Reader<'_> {
+    pub fn get<V: DeserializeOwned>(&self, table: Table, key: &[u8]) -> Result<Option<V>, StoreError> {
+        get_in(self.txn, self.store.db(table), table, key)
+    }
+
+    /// All values under `prefix`, in key order.
+    pub fn scan<V: DeserializeOwned>(&self, table: Table, prefix: &[u8]) -> Result<Vec<V>, StoreError> {
+        let mut out = Vec::new();
+        self.visit(table, prefix, prefix, |_, v| {
+            out.push(v);
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Visits values under `prefix` starting at key `start` (≥ prefix), until `f` says stop.
+    pub fn visit<V: DeserializeOwned>(
+        &self,
+        table: Table,
+        prefix: &[u8],
+        start: &[u8],
+        mut f: impl FnMut(&[u8], V) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        scan_in(self.txn, self.store.db(table), prefix, start, |k, v| f(k, decode(table, v)?))
+    }
+
+    /// Visits values under `prefix` from the last key backwards, until `f` says stop.
+    pub fn visit_rev<V: DeserializeOwned>(
+        &self,
+        table: Table,
+        prefix: &[u8],
+        mut f: impl FnMut(&[u8], V) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        scan_rev_in(self.txn, self.store.db(table), prefix, |k, v| f(k, decode(table, v)?))
+    }
+
+    /// Number of entries under `prefix`.
+    pub fn count(&self, table: Table, prefix: &[u8]) -> Result<u64, StoreError> {
+        let mut n = 0;
+        scan_in(self.txn, self.store.db(table), prefix, prefix, |_, _| {
+            n += 1;
+            Ok(true)
+        })?;
+        Ok(n)
+    }
+}
+
+/// Read and write access inside one transaction.
+pub struct Writer<'s> {
+    store: &'s Store,
+    txn: lmdb::RwTransaction<'s>,
+}
+
+impl Writer<'_> {
+    pub fn get<V: DeserializeOwned>(&self, table: Table, key: &[u8]) -> Result<Option<V>, StoreError> {
+        get_in(&self.txn, self.store.db(table), table, key)
+    }
+
+    pub fn scan<V: DeserializeOwned>(&self, table: Table, prefix: &[u8]) -> Result<Vec<V>, StoreError> {
+        let mut out = Vec::new();
+        scan_in(&self.txn, self.store.db(table), prefix, prefix, |_, v| {
+            out.push(decode(table, v)?);
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    pub fn put<V: Serialize + ?Sized>(&mut self, table: Table, key: &[u8], value: &V) -> Result<(), StoreError> {
+        check_key(key)?;
+        let bytes = rmp_serde::to_vec_named(value)
+            .map_err(|e| StoreError::Encode { table: table.name(), message: e.to_string() })?;
+        self.txn.put(self.store.db(table), &key, &bytes, WriteFlags::empty())?;
+        Ok(())
+    }
+
+    /// Deletes one entry; only for hard deletes the caller was explicitly asked for.
+    pub fn delete(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
+        check_key(key)?;
+        match self.txn.del(self.store.db(table), &key, None) {
+            Ok(()) => Ok(true),
+            Err(lmdb::Error::NotFound) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Row {
+        n: u64,
+        text: String,
+    }
+
+    #[test]
+    fn put_get_scan_in_key_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        store
+            .write(|w| {
+                for n in [3u64, 1, 2] {
+                    w.put(Table::Messages, &keys::seq("m", n), &Row { n, text: format!("t{n}") })?;
+                }
+                w.put(Table::Messages, &keys::seq("m2", 1), &Row { n: 99, text: "other".into() })
+            })
+            .unwrap();
+        let rows: Vec<Row> = store.read(|r| r.scan(Table::Messages, &keys::memory_prefix("m"))).unwrap();
+        assert_eq!(rows.iter().map(|r| r.n).collect::<Vec<_>>(), vec![1, 2, 3]);
+        let one: Option<Row> = store.read(|r| r.get(Table::Messages, &keys::seq("m", 2))).unwrap();
+        assert_eq!(one.unwrap().text, "t2");
+    }
+
+    #[test]
+    fn failed_write_commits_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        let res: Result<(), StoreError> = store.write(|w| {
+            w.put(Table::Messages, &keys::seq("m", 1), &Row { n: 1, text: "x".into() })?;
+            Err(StoreError::KeySize { len: 0 })
+        });
+        assert!(res.is_err());
+        let n = store.read(|r| r.count(Table::Messages, &keys::memory_prefix("m"))).unwrap();
+        assert_eq!(n, 0);
+    }
+
+    #[test]
+    fn map_full_grows_and_keeps_every_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreOptions { map_size: 256 * 1024 }).unwrap();
+        let text = "x".repeat(4000);
+        for n in 0..400u64 {
+            store
+                .write(|w| w.put(Table::Messages, &keys::seq("m", n), &Row { n, text: text.clone() }))
+                .unwrap();
+        }
+        assert!(store.map_size() > 256 * 1024, "map never grew");
+        let n = store.read(|r| r.count(Table::Messages, &keys::memory_prefix("m"))).unwrap();
+        assert_eq!(n, 400);
+    }
+
+    #[test]
+    fn newer_schema_is_refused_with_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+            store.write(|w| w.put(Table::Meta, SCHEMA_KEY, &(SCHEMA_VERSION + 1))).unwrap();
+        }
+        let err = Store::open(dir.path(), &StoreOptions::default()).unwrap_err();
+        assert!(matches!(err, StoreError::NewerSchema { .. }), "{err}");
+        assert!(err.to_string().contains("newer recalld"), "{err}");
+    }
+
+    #[test]
+    fn data_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+            store.write(|w| w.put(Table::Memories, &keys::memory("m"), &Row { n: 7, text: "kept".into() })).unwrap();
+        }
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        let row: Option<Row> = store.read(|r| r.get(Table::Memories, &keys::memory("m"))).unwrap();
+        assert_eq!(row, Some(Row { n: 7, text: "kept".into() }));
+    }
+}

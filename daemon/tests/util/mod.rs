@@ -1,0 +1,99 @@
+//! Test helpers: start the real daemon binary on a temp socket and data dir.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use recalld::client::Client;
+use serde_json::Value;
+
+pub struct Daemon {
+    pub child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub socket: PathBuf,
+    pub data: PathBuf,
+}
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_recalld"))
+}
+
+impl Daemon {
+    pub fn start() -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("recalld.sock");
+        let data = dir.path().join("data");
+        let mut d = Daemon { child: None, dir, socket, data };
+        d.spawn(&[]);
+        d
+    }
+
+    pub fn start_with_config(config: &str) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("recalld.sock");
+        let data = dir.path().join("data");
+        let cfg = dir.path().join("recalld.toml");
+        std::fs::write(&cfg, config).unwrap();
+        let mut d = Daemon { child: None, dir, socket, data };
+        d.spawn(&["--config", cfg.to_str().unwrap()]);
+        d
+    }
+
+    pub fn command(&self, extra: &[&str]) -> Command {
+        let mut cmd = Command::new(bin());
+        cmd.arg("serve").arg("--socket").arg(&self.socket).arg("--data").arg(&self.data).args(extra);
+        cmd.env_remove("RECALLD_CONFIG").env("RECALLD_LOG", "warn");
+        cmd
+    }
+
+    pub fn spawn(&mut self, extra: &[&str]) {
+        let child = self.command(extra).stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().unwrap();
+        self.child = Some(child);
+        wait_for_socket(&self.socket, self.child.as_mut().unwrap());
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(&self.socket).unwrap()
+    }
+
+    /// SIGTERM and wait; returns the exit code.
+    pub fn stop(&mut self) -> Option<i32> {
+        let mut child = self.child.take()?;
+        // SAFETY: plain kill(2) on our own child's pid.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = child.wait().unwrap();
+        status.code()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+pub fn wait_for_socket(path: &Path, child: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("daemon exited early: {status}");
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("daemon did not listen on {} within 30 s", path.display());
+}
+
+pub fn code(result: Result<Value, recalld::client::ClientError>) -> String {
+    match result {
+        Ok(v) => panic!("expected an error, got {v}"),
+        Err(e) => e.code().unwrap_or("no-code").to_string(),
+    }
+}
