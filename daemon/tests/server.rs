@@ -137,7 +137,7 @@ fn an_edited_history_supersedes_but_never_deletes() {
     c.call("decorate", json!({"memory": "e", "request": chat(json!([u1, a1, u2]))})).unwrap();
     let u2b = json!({"role": "user", "content": "three, edited"});
     let r = c.call("decorate", json!({"memory": "e", "request": chat(json!([u1, a1, u2b]))})).unwrap();
-    assert_eq!(r["info"]["aligned_at"], "edit");
+    assert_eq!(r["info"]["aligned"], "edit");
     let export = c.call("export", json!({"memory": "e"})).unwrap();
     let messages = export["messages"].as_array().unwrap();
     assert_eq!(messages.len(), 4, "the edited message is kept");
@@ -180,6 +180,7 @@ fn a_stale_socket_is_replaced() {
     let mut child = std::process::Command::new(util::bin())
         .args(["serve", "--socket", socket.to_str().unwrap(), "--data", dir.path().join("d").to_str().unwrap()])
         .env("RECALLD_LOG", "warn")
+        .env("RECALLD_MODEL_DIR", util::model_dir())
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();

@@ -9,9 +9,8 @@
 
 use recalld_protocol::ops::HistoryMode;
 
-use super::records::{MemoryRecord, Source, StoredMessage};
-use crate::formats::{Message, Role};
-use crate::store::{keys, StoreError, Table, Writer};
+use super::records::StoredMessage;
+use crate::formats::Message;
 
 /// What ingesting a request will do.
 #[derive(Debug, Clone)]
@@ -22,18 +21,16 @@ pub struct Plan {
     pub new: Vec<Message>,
     /// How the request lined up: "first", "delta", "extends", "edit", "unrelated".
     pub aligned: &'static str,
-    pub now: f64,
 }
 
 pub fn plan(
-    memory: Option<&MemoryRecord>,
-    stored: &[StoredMessage],
+    existed: bool,
+    stored: &[&StoredMessage],
     incoming: &[Message],
     mode: HistoryMode,
-    now: f64,
 ) -> Plan {
-    let make = |supersede_from, new: &[Message], aligned| Plan { supersede_from, new: new.to_vec(), aligned, now };
-    if memory.is_none() || stored.is_empty() {
+    let make = |supersede_from, new: &[Message], aligned| Plan { supersede_from, new: new.to_vec(), aligned };
+    if !existed || stored.is_empty() {
         return make(None, incoming, "first");
     }
     if mode == HistoryMode::Delta {
@@ -64,34 +61,6 @@ pub fn plan(
     }
 }
 
-/// Writes a plan: marks superseded messages, stores the new ones with their turns.
-pub fn apply(
-    w: &mut Writer<'_>,
-    memory: &mut MemoryRecord,
-    stored: &[StoredMessage],
-    plan: &Plan,
-    source: Source,
-) -> Result<(), StoreError> {
-    if let Some(from) = plan.supersede_from {
-        for old in &stored[from..] {
-            let mut old = old.clone();
-            old.superseded_at = Some(plan.now);
-            w.put(Table::Messages, &keys::seq(&memory.id, old.seq), &old)?;
-        }
-    }
-    for message in &plan.new {
-        let is_user = message.role == Role::User;
-        let stored = StoredMessage::new(memory, message.clone(), plan.now, source);
-        w.put(Table::Messages, &keys::seq(&memory.id, stored.seq), &stored)?;
-        memory.next_seq += 1;
-        if is_user {
-            memory.turn = stored.turn;
-            memory.last_user_at = Some(plan.now);
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,6 +78,9 @@ mod tests {
             })
             .collect()
     }
+
+    use crate::engine::records::{MemoryRecord, Source};
+    use crate::formats::Role;
 
     fn stored(ms: &[Message]) -> (MemoryRecord, Vec<StoredMessage>) {
         let mut mem = MemoryRecord::new("m", 0.0);
@@ -130,7 +102,7 @@ mod tests {
         let (mem, st) = stored(&old);
         let mut incoming = old.clone();
         incoming.extend(msgs(&[("a", "fine"), ("u", "good")]));
-        let p = plan(Some(&mem), &st, &incoming, HistoryMode::Full, 1.0);
+        let p = plan(mem.next_seq > 0, &st.iter().collect::<Vec<_>>(), &incoming, HistoryMode::Full);
         assert_eq!(p.aligned, "extends");
         assert_eq!(p.new.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(), vec!["fine", "good"]);
         assert_eq!(p.supersede_from, None);
@@ -141,7 +113,7 @@ mod tests {
         let old = msgs(&[("u", "a"), ("a", "b"), ("u", "c"), ("a", "d")]);
         let (mem, st) = stored(&old);
         let incoming = msgs(&[("u", "c"), ("a", "d"), ("u", "e")]);
-        let p = plan(Some(&mem), &st, &incoming, HistoryMode::Full, 1.0);
+        let p = plan(mem.next_seq > 0, &st.iter().collect::<Vec<_>>(), &incoming, HistoryMode::Full);
         assert_eq!(p.aligned, "extends");
         assert_eq!(p.new.len(), 1);
     }
@@ -151,7 +123,7 @@ mod tests {
         let old = msgs(&[("u", "yes"), ("a", "ok"), ("u", "yes"), ("a", "ok")]);
         let (mem, st) = stored(&old);
         let incoming = msgs(&[("u", "yes"), ("a", "ok"), ("u", "next")]);
-        let p = plan(Some(&mem), &st, &incoming, HistoryMode::Full, 1.0);
+        let p = plan(mem.next_seq > 0, &st.iter().collect::<Vec<_>>(), &incoming, HistoryMode::Full);
         assert_eq!(p.aligned, "extends");
         assert_eq!(p.new.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(), vec!["next"]);
     }
@@ -161,7 +133,7 @@ mod tests {
         let old = msgs(&[("u", "a"), ("a", "b"), ("u", "c"), ("a", "d")]);
         let (mem, st) = stored(&old);
         let incoming = msgs(&[("u", "a"), ("a", "b"), ("u", "C edited")]);
-        let p = plan(Some(&mem), &st, &incoming, HistoryMode::Full, 1.0);
+        let p = plan(mem.next_seq > 0, &st.iter().collect::<Vec<_>>(), &incoming, HistoryMode::Full);
         assert_eq!(p.aligned, "edit");
         assert_eq!(p.supersede_from, Some(2));
         assert_eq!(p.new.len(), 1);
@@ -172,7 +144,7 @@ mod tests {
         let old = msgs(&[("u", "a"), ("a", "b")]);
         let (mem, st) = stored(&old);
         let incoming = msgs(&[("u", "a")]);
-        let p = plan(Some(&mem), &st, &incoming, HistoryMode::Delta, 1.0);
+        let p = plan(mem.next_seq > 0, &st.iter().collect::<Vec<_>>(), &incoming, HistoryMode::Delta);
         assert_eq!(p.new.len(), 1);
     }
 }

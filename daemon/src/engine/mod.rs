@@ -1,13 +1,20 @@
 //! The engine: decorate and report, and the mechanism of one memory (seed 000).
 //!
 //! The engine sees neutral messages (from `formats`), never provider JSON, and keeps all state
-//! in the store. Each op on a memory runs under that memory's lock, so a decorate and a report
-//! of one conversation never interleave; different memories run in parallel.
+//! in the store. Each op loads one memory's [`State`] under that memory's lock, works on it in
+//! memory (the judge may be called here, outside any transaction), and saves what changed in
+//! one write transaction; `dry_run` skips the save. Different memories run in parallel.
 
+mod activation;
+mod blocks;
+mod budget;
 mod ingest;
 pub mod records;
+mod state;
+mod tokens;
+mod units;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use recalld_protocol::ops::{DecorateArgs, DecorateReply, ReportArgs, ReportReply};
@@ -15,9 +22,11 @@ use recalld_protocol::{ErrorBody, ErrorCode};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::formats::{self, FormatError};
-use crate::store::{keys, Store, StoreError, Table};
-use records::{MemoryRecord, Source, StoredMessage};
+use crate::formats::{self, Format, FormatError, Message, Role, ToolCall};
+use crate::models::{CallCtx, Models};
+use crate::store::{Store, StoreError};
+use records::{Episode, EpisodeState, Fact, Source, StoredMessage, TraceKind};
+use state::State;
 
 /// Engine settings (`[engine]` in the config file).
 #[derive(Debug, Clone, Deserialize)]
@@ -27,11 +36,23 @@ pub struct EngineConfig {
     pub ceiling: u64,
     /// Name of the note tool added to requests.
     pub note_tool: String,
+    /// Hours of silence after which the next user turn sleeps first.
+    pub sleep_hours: f64,
+    /// Largest episode, in tokens (also at most the history budget / 8).
+    pub max_episode_tokens: u64,
+    /// Episodes a new fact is judged against at most (the most recent remembered ones).
+    pub max_episodes_judged: usize,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { ceiling: 200_000, note_tool: "note".into() }
+        EngineConfig {
+            ceiling: 200_000,
+            note_tool: "note".into(),
+            sleep_hours: 24.0,
+            max_episode_tokens: 4_000,
+            max_episodes_judged: 32,
+        }
     }
 }
 
@@ -64,23 +85,34 @@ impl EngineError {
 
 pub struct Engine {
     store: Arc<Store>,
+    models: Option<Models>,
     config: EngineConfig,
     locks: Mutex<HashMap<String, Arc<Mutex<()>>>>,
 }
 
 /// Unix seconds now, or the caller's injected time.
-fn now_or(now: Option<f64>) -> f64 {
-    now.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0)
-    })
+fn now_or(now: Option<f64>) -> Result<f64, EngineError> {
+    let now = now.unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+    });
+    if !now.is_finite() || now < 0.0 {
+        return Err(EngineError::InvalidArgument(format!("now must be unix seconds, got {now}")));
+    }
+    Ok(now)
+}
+
+/// A note call found in a request's history or a reply.
+struct NoteCall {
+    call: ToolCall,
+    /// The message that carried it, as it came.
+    message: Message,
 }
 
 impl Engine {
-    pub fn new(store: Arc<Store>, config: EngineConfig) -> Engine {
-        Engine { store, config, locks: Mutex::new(HashMap::new()) }
+    /// `models` is None only where a judge is not wanted (tests of the mechanism alone); then
+    /// cuts go by size and facts are not scored against episodes.
+    pub fn new(store: Arc<Store>, models: Option<Models>, config: EngineConfig) -> Engine {
+        Engine { store, models, config, locks: Mutex::new(HashMap::new()) }
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -92,97 +124,554 @@ impl Engine {
         locks.entry(memory.to_owned()).or_default().clone()
     }
 
-    /// Stores what is new in the request and returns the request to send.
+    fn ratio(&self, st: &State, model: Option<&str>) -> Option<f64> {
+        model.and_then(|m| st.memory.ratios.get(m).copied())
+    }
+
+    /// decorate: store what is new, take notes, seal, sleep or fade, assemble.
     pub fn decorate(&self, args: DecorateArgs) -> Result<DecorateReply, EngineError> {
-        let now = now_or(args.now);
-        if !now.is_finite() || now < 0.0 {
-            return Err(EngineError::InvalidArgument(format!("now must be unix seconds, got {now}")));
-        }
+        let now = now_or(args.now)?;
         let parsed = formats::parse_request(&args.request)?;
         let lock = self.lock(&args.memory);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-        let outcome = if args.dry_run {
-            self.store.read(|r| {
-                let memory = r.get::<MemoryRecord>(Table::Memories, &keys::memory(&args.memory))?;
-                let stored = records::active_history(r, &args.memory)?;
-                Ok(ingest::plan(memory.as_ref(), &stored, &parsed.history, args.history, now))
-            })?
-        } else {
-            self.store.write(|w| {
-                let memory = w.get::<MemoryRecord>(Table::Memories, &keys::memory(&args.memory))?;
-                let stored = records::active_history_w(w, &args.memory)?;
-                let mut memory = memory.unwrap_or_else(|| MemoryRecord::new(&args.memory, now));
-                let plan = ingest::plan(Some(&memory), &stored, &parsed.history, args.history, now);
-                if let Some(c) = args.ceiling {
-                    memory.ceiling = Some(c);
-                }
-                if args.agent.is_some() {
-                    memory.agent = args.agent.clone();
-                }
-                if args.user.is_some() {
-                    memory.user = args.user.clone();
-                }
-                ingest::apply(w, &mut memory, &stored, &plan, Source::Request)?;
-                memory.updated_at = now;
-                w.put(Table::Memories, &keys::memory(&args.memory), &memory)?;
-                Ok(plan)
-            })?
-        };
+        let mut st = self.store.read(|r| State::load(r, &args.memory, now))?;
+        if let Some(c) = args.ceiling {
+            if c == 0 {
+                return Err(EngineError::InvalidArgument("ceiling must be a positive number of tokens".into()));
+            }
+            st.memory.ceiling = Some(c);
+        }
+        if args.agent.is_some() {
+            st.memory.agent = args.agent.clone();
+        }
+        if args.user.is_some() {
+            st.memory.user = args.user.clone();
+        }
+
+        // 1. Store what is new (our own blocks and note calls are not history).
+        let (incoming, notes) = self.clean_incoming(&parsed.history);
+        let previous_user_at = st.memory.last_user_at;
+        let stored: Vec<StoredMessage> = st.history().cloned().collect();
+        let stored_refs: Vec<&StoredMessage> = stored.iter().collect();
+        let plan = ingest::plan(st.existed, &stored_refs, &incoming, args.history);
+        if let Some(from) = plan.supersede_from {
+            for old in &stored[from..] {
+                st.message_mut(old.seq).superseded_at = Some(now);
+            }
+        }
+        let mut new_user = false;
+        for m in &plan.new {
+            new_user |= m.role == Role::User;
+            let stored = StoredMessage::new(&st.memory, m.clone(), now, Source::Request);
+            if m.role == Role::User {
+                st.memory.turn = stored.turn;
+                st.memory.last_user_at = Some(now);
+            }
+            st.push_message(stored);
+        }
+
+        // 2. Notes the model wrote that we have not taken yet (a client that skipped report).
+        let mut facts_written = 0;
+        for note in notes {
+            facts_written += self.take_note(&mut st, note, now, Source::Request);
+        }
+
+        // 3. Seal what is acknowledged and over.
+        seal_acknowledged(&mut st, now);
+
+        // 4. Sleep or fade.
+        let sleep = new_user && previous_user_at.is_some_and(|t| now - t >= self.config.sleep_hours * 3600.0);
+        let ratio = self.ratio(&st, parsed.model.as_deref());
+        let mut measure = self.measure(&st, &parsed, ratio);
+        let over = measure.view > measure.budget.history;
+        let mut faded = false;
+        if (sleep || over) && !st.any_leaving() {
+            self.cut(&mut st, measure.budget.history, true);
+            faded = fade(&mut st, measure.budget.landing, measure.view, now, ratio);
+            measure = self.measure(&st, &parsed, ratio);
+        }
+
+        // 5. Assemble.
+        let assembled = self.assemble(&st, &parsed, ratio, &measure);
+        st.memory.last_estimate = parsed.model.clone().map(|model| records::Estimate { model, tokens: assembled.tokens });
+        st.memory.updated_at = now;
         let info = json!({
             "format": parsed.format,
-            "stored": outcome.new.len(),
-            "superseded": outcome.supersede_from.map(|i| i as u64),
-            "aligned_at": outcome.aligned,
+            "stored": plan.new.len(),
+            "superseded": plan.supersede_from.map(|i| stored.len() - i).unwrap_or(0),
+            "aligned": plan.aligned,
+            "turn": st.memory.turn,
+            "facts_written": facts_written,
+            "sleep": sleep,
+            "faded": faded,
             "dry_run": args.dry_run,
-            "ceiling": args.ceiling.unwrap_or(self.config.ceiling),
+            "provider_history": parsed.provider_history,
+            "ceiling": measure.budget.ceiling,
+            "budget": measure.budget.history,
+            "landing": measure.budget.landing,
+            "fixed": measure.budget.fixed,
+            "room": measure.budget.room,
+            "typical_turn": measure.budget.typical_turn,
+            "view_tokens": measure.view,
+            "request_tokens": assembled.tokens,
+            "ratio": ratio,
+            "note_ask": assembled.note_ask,
+            "hidden_for_ceiling": assembled.hidden,
+            "in_view": assembled.in_view,
+            "episodes": st.episodes.iter().map(|e| json!({
+                "n": e.n, "state": e.state, "turns": [e.first_turn, e.last_turn],
+                "seqs": [e.first_seq, e.last_seq], "tokens": e.tokens,
+                "activation": activation::activation(st.traces.iter().filter(|t| t.episode == e.n), now),
+                "significance": activation::significance(st.traces.iter().filter(|t| t.episode == e.n)),
+                "facts": e.facts,
+            })).collect::<Vec<_>>(),
         });
-        Ok(DecorateReply { request: args.request, info })
+        if !args.dry_run {
+            self.store.write(|w| st.save(w))?;
+        }
+        Ok(DecorateReply { request: assembled.request, info })
     }
 
-    /// Stores the reply and returns it as the client should see it.
+    /// Drops our own blocks from a request's history and takes note calls (and their outputs)
+    /// out of it: they are not history.
+    fn clean_incoming(&self, history: &[Message]) -> (Vec<Message>, Vec<NoteCall>) {
+        let tool = &self.config.note_tool;
+        let mut note_ids = BTreeSet::new();
+        let mut notes = Vec::new();
+        let mut out = Vec::new();
+        for m in history {
+            if matches!(m.role, Role::System | Role::Developer) && blocks::is_our_block(&m.text) {
+                continue;
+            }
+            if m.role == Role::Tool && m.tool_call_id.as_ref().is_some_and(|id| note_ids.contains(id)) {
+                continue;
+            }
+            let calls: Vec<&ToolCall> = m.tool_calls.iter().filter(|c| &c.name == tool).collect();
+            if calls.is_empty() {
+                out.push(m.clone());
+                continue;
+            }
+            for c in calls {
+                note_ids.insert(c.id.clone());
+                notes.push(NoteCall { call: c.clone(), message: m.clone() });
+            }
+            if let Some(rest) = m.without_tool_calls(tool) {
+                out.push(rest);
+            }
+        }
+        (out, notes)
+    }
+
+    /// Writes a note's facts against every episode awaiting them; returns how many were written.
+    /// A note already taken (same call id) is skipped. The note call is stored, hidden from the
+    /// view, for export.
+    fn take_note(&self, st: &mut State, note: NoteCall, now: f64, source: Source) -> usize {
+        let taken = st.messages.iter().any(|m| m.note && m.message.tool_calls.iter().any(|c| c.id == note.call.id && !c.id.is_empty()));
+        if taken {
+            return 0;
+        }
+        let mut stored = StoredMessage::new(&st.memory, note.message.clone(), now, source);
+        stored.turn = st.memory.turn;
+        stored.note = true;
+        let note_seq = st.push_message(stored);
+        let facts = match formats::note_arguments(&note.call) {
+            Ok(f) => f,
+            Err(e) => {
+                // Unreadable: nothing is invented; the episodes stay leaving and are asked again.
+                tracing::warn!(error = %e, "note call could not be read");
+                return 0;
+            }
+        };
+        let awaiting: Vec<u64> =
+            st.episodes.iter().filter(|e| e.state == EpisodeState::Leaving && !e.acknowledged).map(|e| e.n).collect();
+        let (first_turn, last_turn) = awaiting
+            .iter()
+            .map(|n| (st.episodes[*n as usize].first_turn, st.episodes[*n as usize].last_turn))
+            .fold((u64::MAX, 0), |(a, b), (f, l)| (a.min(f), b.max(l)));
+        let mut written = Vec::new();
+        for f in facts.into_iter().filter(|f| !f.note.trim().is_empty()) {
+            let n = st.push_fact(Fact {
+                n: 0,
+                note: f.note,
+                subject: f.subject,
+                object: f.object,
+                milestone: f.milestone,
+                at: now,
+                episodes: awaiting.clone(),
+                note_seq,
+                first_turn: if awaiting.is_empty() { st.memory.turn } else { first_turn },
+                last_turn: if awaiting.is_empty() { st.memory.turn } else { last_turn },
+            });
+            written.push(n);
+        }
+        for n in &awaiting {
+            let e = st.episode_mut(*n);
+            e.acknowledged = true;
+            e.facts.extend(&written);
+        }
+        self.score_facts(st, &written, now);
+        written.len()
+    }
+
+    /// Judges each new fact against the remembered episodes: every answer is a trace, counted
+    /// only on yes. Without a judge (or when it fails) no trace is written: nothing is invented.
+    fn score_facts(&self, st: &mut State, facts: &[u64], now: f64) {
+        let Some(models) = &self.models else { return };
+        let remembered: Vec<u64> = st
+            .episodes
+            .iter()
+            .rev()
+            .filter(|e| e.state != EpisodeState::Forgotten)
+            .take(self.config.max_episodes_judged)
+            .map(|e| e.n)
+            .collect();
+        let ctx = CallCtx { memory: &st.memory.id.clone() };
+        for &f in facts {
+            let note = st.facts.iter().find(|x| x.n == f).map(|x| x.note.clone()).unwrap_or_default();
+            for &e in &remembered {
+                let passages = episode_passages(st, e);
+                let refs: Vec<&str> = passages.iter().map(String::as_str).collect();
+                match models.judge.about(&ctx, &note, &refs) {
+                    Ok((score, yes)) => st.push_trace(e, TraceKind::Fact, now, score as f64, yes, Some(f)),
+                    Err(err) => {
+                        tracing::warn!(error = %err, "judge failed; fact left unscored");
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Cuts closed, uncut history into episodes. With `force`, any closed history is cut (a
+    /// fade needs episodes); otherwise only once it reaches twice the largest episode.
+    fn cut(&self, st: &mut State, history_budget: u64, force: bool) {
+        let max = self.config.max_episode_tokens.min(history_budget / 8).max(64);
+        let min = max / 4;
+        let from = st.uncut_from();
+        let current = st.memory.turn;
+        let closed: Vec<&StoredMessage> =
+            st.history().filter(|m| m.seq >= from && m.turn < current).collect();
+        if closed.is_empty() {
+            return;
+        }
+        let total: u64 = closed.iter().map(|m| m.tokens as u64).sum();
+        if !force && total < 2 * max {
+            return;
+        }
+        let units = units::units(&closed);
+        let sizes: Vec<u64> = units.iter().map(|u| closed[u.start..u.end].iter().map(|m| m.tokens as u64).sum()).collect();
+        let rank = self.boundary_rank(st, &closed, &units);
+        let cuts = units::cut_points(&sizes, &rank, max, min);
+        let mut bounds = vec![0];
+        bounds.extend(cuts);
+        bounds.push(units.len());
+        let pieces: Vec<Episode> = bounds
+            .windows(2)
+            .map(|w| {
+                let ms = &closed[units[w[0]].start..units[w[1] - 1].end];
+                Episode {
+                    n: 0,
+                    first_seq: ms[0].seq,
+                    last_seq: ms[ms.len() - 1].seq,
+                    first_turn: ms[0].turn,
+                    last_turn: ms[ms.len() - 1].turn,
+                    at: ms[ms.len() - 1].at,
+                    tokens: ms.iter().map(|m| m.tokens as u64).sum(),
+                    state: EpisodeState::Live,
+                    acknowledged: false,
+                    facts: Vec::new(),
+                    changed_at: ms[ms.len() - 1].at,
+                }
+            })
+            .collect();
+        for e in pieces {
+            st.push_episode(e);
+        }
+    }
+
+    /// The order of boundaries: before unit i, "unit i starts a concept" + "unit i−1 ends one",
+    /// from the judge. Without a judge, or when it fails, all boundaries rank alike and sizes
+    /// alone decide (the most balanced cut).
+    fn boundary_rank(&self, st: &State, closed: &[&StoredMessage], units: &[units::Unit]) -> Vec<f64> {
+        let flat = vec![0.0; units.len()];
+        let Some(models) = &self.models else { return flat };
+        if units.len() < 2 {
+            return flat;
+        }
+        let texts: Vec<String> = units
+            .iter()
+            .map(|u| closed[u.start..u.end].iter().map(|m| truncate(&m.message.text, 1_000)).collect::<Vec<_>>().join("\n"))
+            .collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        match models.judge.boundaries(&CallCtx { memory: &st.memory.id }, &refs) {
+            Ok(scores) if scores.len() == units.len() => {
+                (0..units.len()).map(|i| if i == 0 { 0.0 } else { (scores[i].first + scores[i - 1].last) as f64 }).collect()
+            }
+            Ok(_) | Err(_) => {
+                tracing::warn!("judge gave no boundary scores; cutting by size");
+                flat
+            }
+        }
+    }
+
+    /// Sizes and the budget for the request as it would be assembled now.
+    fn measure(&self, st: &State, parsed: &formats::ParsedRequest, ratio: Option<f64>) -> Measure {
+        let ceiling = st.memory.ceiling.unwrap_or(self.config.ceiling);
+        let (facts_text, ask_text) = (self.facts_text(st, parsed.format), self.ask_text(st));
+        let mut fixed: u64 = parsed.instructions.iter().map(|m| tokens::message_tokens(m) as u64).sum();
+        fixed += tokens::text_tokens(&serde_json::to_string(&parsed.rest).unwrap_or_default()) as u64;
+        fixed += facts_text.as_deref().map_or(0, |t| tokens::text_tokens(t) as u64 + 4);
+        if let Some(ask) = &ask_text {
+            fixed += tokens::text_tokens(ask) as u64 + 4;
+            let tool = formats::note_tool(parsed.format, &self.config.note_tool).to_string();
+            fixed += tokens::text_tokens(&tool) as u64;
+        }
+        let fixed = tokens::corrected(fixed, ratio);
+        let history: Vec<&StoredMessage> = st.history().collect();
+        let current = st.memory.turn;
+        let tok = |m: &StoredMessage| tokens::corrected(m.tokens as u64, ratio);
+        let recent = budget::recent(&history, current, tok);
+        let current_turn: u64 = history.iter().filter(|m| m.turn == current && current > 0).map(|m| tok(m)).sum();
+        let budget = budget::budget(ceiling, fixed, &recent, parsed.max_output_tokens, current_turn);
+        let view = history.iter().filter(|m| in_view(st, m)).map(|m| tok(m)).sum();
+        Measure { budget, view }
+    }
+
+    fn facts_text(&self, st: &State, _format: Format) -> Option<String> {
+        let now = st.memory.updated_at;
+        let mut facts: Vec<(&Fact, f64)> = st
+            .facts
+            .iter()
+            .filter(|f| {
+                !f.episodes.is_empty()
+                    && f.episodes.iter().all(|e| st.episodes[*e as usize].state == EpisodeState::Sealed)
+            })
+            .map(|f| (f, activation::fact_activation(f, &st.traces, now)))
+            .collect();
+        facts.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.n.cmp(&a.0.n)));
+        blocks::facts_block(&facts.into_iter().map(|(f, _)| f).collect::<Vec<_>>())
+    }
+
+    fn ask_text(&self, st: &State) -> Option<String> {
+        let asked: Vec<&Episode> = st.episodes_in(EpisodeState::Leaving).filter(|e| !e.acknowledged).collect();
+        let first = asked.iter().map(|e| e.first_turn).min()?;
+        let last = asked.iter().map(|e| e.last_turn).max()?;
+        Some(blocks::note_ask(first, last, &self.config.note_tool))
+    }
+
+    /// instructions; facts block; history in view; note ask (+ note tool) while episodes leave.
+    fn assemble(&self, st: &State, parsed: &formats::ParsedRequest, ratio: Option<f64>, measure: &Measure) -> Assembled {
+        let format = parsed.format;
+        let role = parsed.instructions_role;
+        let mut view: Vec<&StoredMessage> = st.history().filter(|m| in_view(st, m)).collect();
+        let facts = self.facts_text(st, format);
+        let ask = self.ask_text(st);
+        // Over the ceiling even so (a huge turn): hold back whole episodes, least active first,
+        // never the turn in progress. They keep their state and come back when there is room.
+        let mut hidden = Vec::new();
+        let ceiling = measure.budget.ceiling;
+        let mut total = measure.budget.fixed + measure.view;
+        if total > ceiling {
+            let mut candidates: Vec<&Episode> =
+                st.episodes.iter().filter(|e| matches!(e.state, EpisodeState::Live | EpisodeState::Leaving)).collect();
+            candidates.sort_by(|a, b| episode_activation(st, a).total_cmp(&episode_activation(st, b)));
+            for e in candidates {
+                if total <= ceiling {
+                    break;
+                }
+                let size: u64 = view
+                    .iter()
+                    .filter(|m| m.seq >= e.first_seq && m.seq <= e.last_seq)
+                    .map(|m| tokens::corrected(m.tokens as u64, ratio))
+                    .sum();
+                view.retain(|m| m.seq < e.first_seq || m.seq > e.last_seq);
+                total = total.saturating_sub(size);
+                hidden.push(e.n);
+            }
+        }
+        let mut messages: Vec<Message> = Vec::new();
+        if let Some(text) = &facts {
+            messages.push(Message::new(format, role, text.clone()));
+        }
+        messages.extend(view.iter().flat_map(|m| m.message.to_format(format)));
+        let mut extra_tools = Vec::new();
+        if let Some(text) = &ask {
+            messages.push(Message::new(format, role, text.clone()));
+            extra_tools.push(formats::note_tool(format, &self.config.note_tool));
+        }
+        let request = formats::render_request(format, &parsed.instructions, &messages, &parsed.rest, &extra_tools);
+        Assembled {
+            request,
+            tokens: total,
+            note_ask: ask.is_some(),
+            hidden,
+            in_view: view.iter().map(|m| m.seq).collect(),
+        }
+    }
+
+    /// report: store the reply, take its note, learn the size ratio, cut long history.
     pub fn report(&self, args: ReportArgs) -> Result<ReportReply, EngineError> {
-        let now = now_or(args.now);
+        let now = now_or(args.now)?;
         let parsed = formats::parse_response(&args.response)?;
         let lock = self.lock(&args.memory);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-        self.store.write(|w| {
-            let mut memory = w
-                .get::<MemoryRecord>(Table::Memories, &keys::memory(&args.memory))?
-                .unwrap_or_else(|| MemoryRecord::new(&args.memory, now));
-            for message in &parsed.messages {
-                let stored = StoredMessage::new(&memory, message.clone(), now, Source::Reply);
-                w.put(Table::Messages, &keys::seq(&args.memory, stored.seq), &stored)?;
-                memory.next_seq += 1;
+        let mut st = self.store.read(|r| State::load(r, &args.memory, now))?;
+        let tool = self.config.note_tool.clone();
+        let (response, removed) = formats::remove_tool_calls(&args.response, &tool);
+        let mut notes = Vec::new();
+        for m in &parsed.messages {
+            for c in m.tool_calls.iter().filter(|c| c.name == tool) {
+                notes.push(NoteCall { call: c.clone(), message: m.clone() });
             }
-            memory.updated_at = now;
-            w.put(Table::Memories, &keys::memory(&args.memory), &memory)
-        })?;
-        Ok(ReportReply { response: args.response, again: false })
+            // What the client will hold in its history: the reply without the note call.
+            if let Some(rest) = m.without_tool_calls(&tool) {
+                let stored = StoredMessage::new(&st.memory, rest, now, Source::Reply);
+                st.push_message(stored);
+            }
+        }
+        for note in notes {
+            self.take_note(&mut st, note, now, Source::Reply);
+        }
+        seal_acknowledged(&mut st, now);
+        // The provider's count against our estimate of the request we returned.
+        if let (Some(usage), Some(est)) = (&parsed.usage, &st.memory.last_estimate) {
+            if parsed.model.as_deref().is_none_or(|m| m.starts_with(&est.model) || est.model.starts_with(m)) {
+                let previous = st.memory.ratios.get(&est.model).copied();
+                if let Some(r) = tokens::next_ratio(previous, usage.prompt_tokens, est.tokens) {
+                    st.memory.ratios.insert(est.model.clone(), r);
+                }
+            }
+        }
+        st.memory.last_estimate = None;
+        // Cut once enough closed history has built up.
+        let ceiling = st.memory.ceiling.unwrap_or(self.config.ceiling);
+        self.cut(&mut st, ceiling, false);
+        st.memory.updated_at = now;
+        let reparsed = formats::parse_response(&response)?;
+        let again = !removed.is_empty()
+            && !reparsed.has_content()
+            && reparsed.messages.iter().all(|m| m.tool_calls.is_empty());
+        self.store.write(|w| st.save(w))?;
+        Ok(ReportReply { response, again })
     }
 
-    /// Everything stored for a memory.
+    /// Everything stored for a memory: messages, episodes, traces, facts.
     pub fn export(&self, memory: &str) -> Result<Value, EngineError> {
-        let found = self.store.read(|r| {
-            let Some(record) = r.get::<MemoryRecord>(Table::Memories, &keys::memory(memory))? else {
-                return Ok(None);
-            };
-            let messages: Vec<StoredMessage> = r.scan(Table::Messages, &keys::memory_prefix(memory))?;
-            Ok(Some((record, messages)))
-        })?;
-        let (record, messages) = found.ok_or_else(|| EngineError::NotFound(format!("no memory {memory:?}")))?;
+        let st = self.store.read(|r| State::load(r, memory, 0.0))?;
+        if !st.existed {
+            return Err(EngineError::NotFound(format!("no memory {memory:?}")));
+        }
         Ok(json!({
             "memory": memory,
-            "record": record,
-            "messages": messages.iter().map(StoredMessage::export).collect::<Vec<_>>(),
+            "record": st.memory,
+            "messages": st.messages.iter().map(StoredMessage::export).collect::<Vec<_>>(),
+            "episodes": st.episodes,
+            "traces": st.traces,
+            "facts": st.facts,
         }))
     }
 
     pub fn stats(&self) -> Result<Value, EngineError> {
-        let (memories, messages) = self.store.read(|r| Ok((r.count(Table::Memories, b"")?, r.count(Table::Messages, b"")?)))?;
+        use crate::store::Table;
+        let (memories, messages, facts) = self.store.read(|r| {
+            Ok((r.count(Table::Memories, b"")?, r.count(Table::Messages, b"")?, r.count(Table::Facts, b"")?))
+        })?;
         Ok(json!({
             "memories": memories,
             "messages": messages,
+            "facts": facts,
             "store_bytes": self.store.size_bytes(),
+            "models": self.models.as_ref().map(Models::stats),
         }))
     }
+}
+
+struct Measure {
+    budget: budget::Budget,
+    view: u64,
+}
+
+struct Assembled {
+    request: Value,
+    tokens: u64,
+    note_ask: bool,
+    hidden: Vec<u64>,
+    in_view: Vec<u64>,
+}
+
+/// A history message is in view unless its episode is sealed or forgotten.
+fn in_view(st: &State, m: &StoredMessage) -> bool {
+    st.episode_of(m.seq).is_none_or(|e| matches!(e.state, EpisodeState::Live | EpisodeState::Leaving))
+}
+
+fn episode_activation(st: &State, e: &Episode) -> f64 {
+    activation::activation(st.traces.iter().filter(|t| t.episode == e.n), st.memory.updated_at)
+}
+
+/// Acknowledged leaving episodes whose last turn is over seal: out of view, facts in the block.
+fn seal_acknowledged(st: &mut State, now: f64) {
+    let turn = st.memory.turn;
+    let ready: Vec<u64> = st
+        .episodes
+        .iter()
+        .filter(|e| e.state == EpisodeState::Leaving && e.acknowledged && e.last_turn < turn)
+        .map(|e| e.n)
+        .collect();
+    for n in ready {
+        let e = st.episode_mut(n);
+        e.state = EpisodeState::Sealed;
+        e.changed_at = now;
+    }
+}
+
+/// Fades to the landing: least active first until the projected view reaches it. A live
+/// episode starts leaving (or seals at once when its facts exist); a sealed one is forgotten.
+fn fade(st: &mut State, landing: u64, view: u64, now: f64, ratio: Option<f64>) -> bool {
+    let mut order: Vec<(u64, f64)> = st
+        .episodes
+        .iter()
+        .filter(|e| matches!(e.state, EpisodeState::Live | EpisodeState::Sealed))
+        .map(|e| (e.n, activation::activation(st.traces.iter().filter(|t| t.episode == e.n), now)))
+        .collect();
+    order.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    let mut projected = view;
+    let mut changed = false;
+    for (n, _) in order {
+        if projected <= landing {
+            break;
+        }
+        let e = st.episode_mut(n);
+        match e.state {
+            EpisodeState::Live => {
+                e.state = if e.facts.is_empty() { EpisodeState::Leaving } else { EpisodeState::Sealed };
+                projected = projected.saturating_sub(tokens::corrected(e.tokens, ratio));
+            }
+            EpisodeState::Sealed => e.state = EpisodeState::Forgotten,
+            _ => continue,
+        }
+        e.changed_at = now;
+        changed = true;
+    }
+    changed
+}
+
+/// The passages an episode is judged by: its messages' texts, each cut to a readable length.
+fn episode_passages(st: &State, n: u64) -> Vec<String> {
+    let e = &st.episodes[n as usize];
+    st.history()
+        .filter(|m| m.seq >= e.first_seq && m.seq <= e.last_seq && !m.message.text.is_empty())
+        .take(16)
+        .map(|m| truncate(&m.message.text, 1_000))
+        .collect()
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
 }

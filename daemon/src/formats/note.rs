@@ -1,0 +1,152 @@
+//! The note tool: its definition in each format, and reading the facts a note call holds.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::{kind_of, Format, FormatError, ToolCall};
+
+/// One fact from a note call: a knowledge-graph triple stated as a sentence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NoteFact {
+    pub note: String,
+    pub subject: String,
+    pub object: String,
+    pub milestone: bool,
+}
+
+const DESCRIPTION: &str = "Record facts from conversation history that is leaving live context. \
+Each entry is one fact: a sentence readable on its own (note) relating two entities (subject, \
+object) by their canonical names; milestone is true for a milestone (something settled, agreed \
+or where the work stands).";
+
+/// The function tool definition for the note tool named `name`, in `format` (Chat:
+/// `{"type":"function","function":{name, description, parameters, strict}}`; Responses:
+/// `{"type":"function", name, description, parameters, strict}`). Strict mode holds: every
+/// property required, no additional properties.
+pub fn note_tool(format: Format, name: &str) -> Value {
+    let parameters = json!({
+        "type": "object",
+        "properties": {
+            "notes": {
+                "type": "array",
+                "description": "One entry per fact.",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "note": {"type": "string", "description": "The fact as one sentence readable on its own."},
+                        "subject": {"type": "string", "description": "The first entity, by its canonical name."},
+                        "object": {"type": "string", "description": "The second entity, by its canonical name."},
+                        "milestone": {"type": "boolean", "description": "True when the fact is a milestone."}
+                    },
+                    "required": ["note", "subject", "object", "milestone"],
+                    "additionalProperties": false
+                }
+            }
+        },
+        "required": ["notes"],
+        "additionalProperties": false
+    });
+    match format {
+        Format::ChatCompletions => json!({
+            "type": "function",
+            "function": {"name": name, "description": DESCRIPTION, "parameters": parameters, "strict": true}
+        }),
+        Format::Responses => json!({
+            "type": "function", "name": name, "description": DESCRIPTION,
+            "parameters": parameters, "strict": true
+        }),
+    }
+}
+
+/// The facts of a note call: `{"notes": [{note, subject, object, milestone}]}`. Tolerates a
+/// missing or null `milestone` (false), a bare list of facts, one bare fact, arguments encoded
+/// twice as a JSON string, and missing subject/object on an entry whose note is empty (the
+/// "nothing worth keeping" entry). Anything else is an error naming the place.
+pub fn note_arguments(call: &ToolCall) -> Result<Vec<NoteFact>, FormatError> {
+    let at = "arguments";
+    let mut v: Value = serde_json::from_str(&call.arguments).map_err(|e| FormatError::Json {
+        at: at.into(),
+        message: e.to_string(),
+    })?;
+    if let Value::String(s) = &v {
+        v = serde_json::from_str(s).map_err(|e| FormatError::Json {
+            at: at.into(),
+            message: e.to_string(),
+        })?;
+    }
+    let (list, base) = match &v {
+        Value::Array(a) => (a.as_slice(), String::new()),
+        Value::Object(m) => match m.get("notes") {
+            Some(Value::Array(a)) => (a.as_slice(), "notes".to_string()),
+            Some(other) => {
+                return Err(FormatError::WrongType {
+                    at: "notes".into(),
+                    expected: "an array",
+                    found: kind_of(other),
+                });
+            }
+            None if m.contains_key("note") => (std::slice::from_ref(&v), String::new()),
+            None => return Err(FormatError::Missing { at: "notes".into() }),
+        },
+        other => {
+            return Err(FormatError::WrongType {
+                at: at.into(),
+                expected: "an object with notes or a list of notes",
+                found: kind_of(other),
+            });
+        }
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let at = if base.is_empty() {
+                format!("[{i}]")
+            } else {
+                format!("{base}[{i}]")
+            };
+            fact(f, &at)
+        })
+        .collect()
+}
+
+fn fact(v: &Value, at: &str) -> Result<NoteFact, FormatError> {
+    let m = v.as_object().ok_or_else(|| FormatError::WrongType {
+        at: at.into(),
+        expected: "an object",
+        found: kind_of(v),
+    })?;
+    let text = |key: &str, optional: bool| -> Result<String, FormatError> {
+        match m.get(key) {
+            Some(Value::String(s)) => Ok(s.clone()),
+            None | Some(Value::Null) if optional => Ok(String::new()),
+            None => Err(FormatError::Missing {
+                at: format!("{at}.{key}"),
+            }),
+            Some(other) => Err(FormatError::WrongType {
+                at: format!("{at}.{key}"),
+                expected: "a string",
+                found: kind_of(other),
+            }),
+        }
+    };
+    let note = text("note", false)?;
+    let empty = note.trim().is_empty();
+    let milestone = match m.get("milestone") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(Value::String(s)) if s == "true" || s == "false" => s == "true",
+        Some(other) => {
+            return Err(FormatError::WrongType {
+                at: format!("{at}.milestone"),
+                expected: "a boolean",
+                found: kind_of(other),
+            });
+        }
+    };
+    Ok(NoteFact {
+        note,
+        subject: text("subject", empty)?,
+        object: text("object", empty)?,
+        milestone,
+    })
+}

@@ -1,0 +1,402 @@
+//! Requests: provider JSON to instructions + history + pass-through fields, and back.
+
+use serde_json::{json, Map, Value};
+
+use super::{chat, responses, wrong, Format, FormatError, Kind, Message, Role};
+
+/// A provider request taken apart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedRequest {
+    pub format: Format,
+    /// Chat: the leading system/developer messages. Responses: the `instructions` field as one
+    /// Developer message whose `raw` is the JSON string (so it renders back into the field),
+    /// then the leading system/developer items of `input`.
+    pub instructions: Vec<Message>,
+    /// Everything else in order, the last user message included.
+    pub history: Vec<Message>,
+    /// The role our blocks take: the last instruction's role in Chat (System when there are
+    /// none); always Developer for Responses.
+    pub instructions_role: Role,
+    /// Responses: `Some("previous_response_id")` or `Some("conversation")` when history lives on
+    /// the provider's side and cannot be trimmed here.
+    pub provider_history: Option<String>,
+    /// Chat `max_completion_tokens` (else `max_tokens`); Responses `max_output_tokens`. A copy:
+    /// the field itself stays in `rest`.
+    pub max_output_tokens: Option<u64>,
+    /// A copy of `model`, which stays in `rest`.
+    pub model: Option<String>,
+    /// Every field but `messages` (Chat) or `input` and `instructions` (Responses), unchanged
+    /// and in order (a null or empty `input` and a null `instructions` stay here; rendered
+    /// message fields take precedence over them).
+    pub rest: Map<String, Value>,
+}
+
+/// Reads a request. `messages` → Chat Completions; else `input` (string or list) or
+/// `instructions` → Responses; neither → error. A Responses `input` string is one user message.
+pub fn parse_request(v: &Value) -> Result<ParsedRequest, FormatError> {
+    let obj = v
+        .as_object()
+        .ok_or_else(|| wrong("request", "an object", v))?;
+    let model = obj.get("model").and_then(Value::as_str).map(str::to_string);
+    if obj.contains_key("messages") {
+        let items = match &obj["messages"] {
+            Value::Array(a) => a,
+            other => return Err(wrong("messages", "an array", other)),
+        };
+        let mut all = Vec::with_capacity(items.len());
+        for (i, m) in items.iter().enumerate() {
+            all.push(chat::parse_message(m, &format!("messages[{i}]"))?);
+        }
+        let lead = leading_instructions(&all);
+        let history = all.split_off(lead);
+        let instructions_role = all.last().map(|m| m.role).unwrap_or(Role::System);
+        let max_output_tokens = obj
+            .get("max_completion_tokens")
+            .and_then(Value::as_u64)
+            .or_else(|| obj.get("max_tokens").and_then(Value::as_u64));
+        return Ok(ParsedRequest {
+            format: Format::ChatCompletions,
+            instructions: all,
+            history,
+            instructions_role,
+            provider_history: None,
+            max_output_tokens,
+            model,
+            rest: without(obj, &["messages"]),
+        });
+    }
+    if !obj.contains_key("input") && !obj.contains_key("instructions") {
+        return Err(FormatError::Invalid {
+            at: "request".into(),
+            message:
+                "has neither messages (chat completions) nor input or instructions (responses)"
+                    .into(),
+        });
+    }
+    let mut instructions = Vec::new();
+    match obj.get("instructions") {
+        None | Some(Value::Null) => {}
+        Some(s @ Value::String(text)) => instructions.push(Message {
+            role: Role::Developer,
+            kind: Kind::Message,
+            text: text.clone(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            raw: s.clone(),
+            format: Format::Responses,
+        }),
+        Some(other) => return Err(wrong("instructions", "a string or null", other)),
+    }
+    let mut items = Vec::new();
+    match obj.get("input") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) => items.push(responses::string_input(s)),
+        Some(Value::Array(a)) => {
+            for (i, it) in a.iter().enumerate() {
+                items.push(responses::parse_item(it, &format!("input[{i}]"))?);
+            }
+        }
+        Some(other) => return Err(wrong("input", "a string, an array or null", other)),
+    }
+    let lead = if items.len() == 1 && items[0].raw.is_string() {
+        0
+    } else {
+        leading_instructions(&items)
+    };
+    let history = items.split_off(lead);
+    instructions.extend(items);
+    let provider_history = ["previous_response_id", "conversation"]
+        .into_iter()
+        .find(|k| obj.get(*k).is_some_and(|x| !x.is_null()))
+        .map(str::to_string);
+    Ok(ParsedRequest {
+        format: Format::Responses,
+        instructions,
+        history,
+        instructions_role: Role::Developer,
+        provider_history,
+        max_output_tokens: obj.get("max_output_tokens").and_then(Value::as_u64),
+        model,
+        // A null or empty `input` and a null `instructions` stay in `rest`, so they render back.
+        rest: without(
+            obj,
+            &["input", "instructions"]
+                .into_iter()
+                .filter(|k| match obj.get(*k) {
+                    Some(Value::Null) => false,
+                    Some(Value::Array(a)) => !a.is_empty(),
+                    _ => true,
+                })
+                .collect::<Vec<_>>(),
+        ),
+    })
+}
+
+fn leading_instructions(all: &[Message]) -> usize {
+    all.iter()
+        .take_while(|m| m.kind == Kind::Message && matches!(m.role, Role::System | Role::Developer))
+        .count()
+}
+
+fn without(obj: &Map<String, Value>, keys: &[&str]) -> Map<String, Value> {
+    obj.iter()
+        .filter(|(k, _)| !keys.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Builds the provider request: `instructions` then `messages` in order, in `format`, then the
+/// fields of `rest` in order, with `extra_tools` appended to `tools` (created when absent; a
+/// tool whose name is already there is not added twice).
+///
+/// Messages already in `format` render as their `raw`, unchanged. Others are converted from
+/// their role, content text (and user images) and tool calls; opaque items of another format
+/// are left out. Responses: an instruction whose `raw` is a JSON string goes to the
+/// `instructions` field (several are joined by a blank line), other instructions lead `input`;
+/// an `input` of exactly one string-raw user message is rendered as the string, and `input` is
+/// left out when there is nothing to send. Chat: consecutive converted function calls merge into
+/// one assistant message.
+///
+/// Key order: the message fields first (`messages`; or `instructions`, `input`), then `rest`.
+/// Unchanged input renders equal to itself (serde_json maps compare regardless of key order).
+pub fn render_request(
+    format: Format,
+    instructions: &[Message],
+    messages: &[Message],
+    rest: &Map<String, Value>,
+    extra_tools: &[Value],
+) -> Value {
+    let mut out = Map::new();
+    match format {
+        Format::ChatCompletions => {
+            let all: Vec<&Message> = instructions.iter().chain(messages).collect();
+            out.insert("messages".into(), Value::Array(render_chat(&all)));
+        }
+        Format::Responses => {
+            let mut fields = Vec::new();
+            let mut input: Vec<&Message> = Vec::new();
+            for m in instructions {
+                match &m.raw {
+                    Value::String(s) if m.format == Format::Responses => fields.push(s.clone()),
+                    _ => input.push(m),
+                }
+            }
+            input.extend(messages);
+            if !fields.is_empty() {
+                out.insert("instructions".into(), Value::String(fields.join("\n\n")));
+            }
+            if let [only] = input.as_slice() {
+                if only.format == Format::Responses
+                    && only.raw.is_string()
+                    && only.role == Role::User
+                {
+                    out.insert("input".into(), only.raw.clone());
+                }
+            }
+            if !input.is_empty() && !out.contains_key("input") {
+                let items: Vec<Value> = input
+                    .iter()
+                    .flat_map(|m| match (&m.raw, m.format) {
+                        (Value::String(s), Format::Responses) => {
+                            vec![json!({"role": m.role.as_str(), "content": s})]
+                        }
+                        (raw, Format::Responses) => vec![raw.clone()],
+                        _ => convert(m, Format::Responses),
+                    })
+                    .collect();
+                out.insert("input".into(), Value::Array(items));
+            }
+        }
+    }
+    for (k, v) in rest {
+        if !out.contains_key(k) {
+            out.insert(k.clone(), v.clone());
+        }
+    }
+    if !extra_tools.is_empty() {
+        let tools = out
+            .entry("tools")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if !tools.is_array() {
+            *tools = Value::Array(Vec::new());
+        }
+        if let Value::Array(list) = tools {
+            for t in extra_tools {
+                let name = tool_name(t);
+                if name.is_none() || !list.iter().any(|x| tool_name(x) == name) {
+                    list.push(t.clone());
+                }
+            }
+        }
+    }
+    Value::Object(out)
+}
+
+fn tool_name(t: &Value) -> Option<&str> {
+    t.get("name")
+        .or_else(|| t.get("function").and_then(|f| f.get("name")))
+        .and_then(Value::as_str)
+}
+
+fn render_chat(all: &[&Message]) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::with_capacity(all.len());
+    // Index in `out` of the last converted assistant message, which later converted calls join.
+    let mut open_assistant: Option<usize> = None;
+    for m in all {
+        if m.format == Format::ChatCompletions {
+            out.push(m.raw.clone());
+            open_assistant = None;
+            continue;
+        }
+        for raw in convert(m, Format::ChatCompletions) {
+            let is_assistant = raw.get("role").and_then(Value::as_str) == Some("assistant");
+            let calls_only = is_assistant && raw.get("content").is_some_and(Value::is_null);
+            match (open_assistant, calls_only) {
+                (Some(i), true) => {
+                    let new_calls = raw.get("tool_calls").cloned().unwrap_or(Value::Null);
+                    if let (Some(Value::Object(prev)), Value::Array(calls)) =
+                        (out.get_mut(i), new_calls)
+                    {
+                        match prev.get_mut("tool_calls") {
+                            Some(Value::Array(list)) => list.extend(calls),
+                            _ => {
+                                prev.insert("tool_calls".into(), Value::Array(calls));
+                            }
+                        }
+                    }
+                }
+                _ => {
+                    out.push(raw);
+                    open_assistant = if is_assistant {
+                        Some(out.len() - 1)
+                    } else {
+                        None
+                    };
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A message as raw JSON in another format (one or more messages/items; none for an opaque
+/// item). Content becomes its text, plus image parts of user messages.
+pub(crate) fn convert(m: &Message, to: Format) -> Vec<Value> {
+    if m.kind == Kind::Opaque && m.format != to {
+        return Vec::new();
+    }
+    if m.format == to {
+        return vec![m.raw.clone()];
+    }
+    let text = m.content_text();
+    let images = if m.role == Role::User {
+        images_of(m)
+    } else {
+        Vec::new()
+    };
+    match to {
+        Format::ChatCompletions => match m.role {
+            Role::Tool => vec![json!({
+                "role": "tool",
+                "tool_call_id": m.tool_call_id.clone().unwrap_or_default(),
+                "content": text,
+            })],
+            Role::Assistant => {
+                let mut msg = Map::new();
+                msg.insert("role".into(), json!("assistant"));
+                let content = if text.is_empty() && !m.tool_calls.is_empty() {
+                    Value::Null
+                } else {
+                    json!(text)
+                };
+                msg.insert("content".into(), content);
+                if !m.tool_calls.is_empty() {
+                    let calls: Vec<Value> = m
+                        .tool_calls
+                        .iter()
+                        .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+                        .collect();
+                    msg.insert("tool_calls".into(), Value::Array(calls));
+                }
+                vec![Value::Object(msg)]
+            }
+            role => {
+                let content = if images.is_empty() {
+                    json!(text)
+                } else {
+                    let mut parts = Vec::new();
+                    if !text.is_empty() {
+                        parts.push(json!({"type": "text", "text": text}));
+                    }
+                    for (url, detail) in images {
+                        let mut image = json!({"url": url});
+                        if let Some(d) = detail {
+                            image["detail"] = d;
+                        }
+                        parts.push(json!({"type": "image_url", "image_url": image}));
+                    }
+                    Value::Array(parts)
+                };
+                vec![json!({"role": role.as_str(), "content": content})]
+            }
+        },
+        Format::Responses => match m.role {
+            Role::Tool => vec![json!({
+                "type": "function_call_output",
+                "call_id": m.tool_call_id.clone().unwrap_or_default(),
+                "output": text,
+            })],
+            Role::Assistant => {
+                let mut items = Vec::new();
+                if !text.is_empty() || m.tool_calls.is_empty() {
+                    items.push(json!({"type": "message", "role": "assistant", "content": text}));
+                }
+                for c in &m.tool_calls {
+                    items.push(json!({"type": "function_call", "call_id": c.id, "name": c.name, "arguments": c.arguments}));
+                }
+                items
+            }
+            role => {
+                let content = if images.is_empty() {
+                    json!(text)
+                } else {
+                    let mut parts = Vec::new();
+                    if !text.is_empty() {
+                        parts.push(json!({"type": "input_text", "text": text}));
+                    }
+                    for (url, detail) in images {
+                        let mut image = json!({"type": "input_image", "image_url": url});
+                        image["detail"] = detail.unwrap_or_else(|| json!("auto"));
+                        parts.push(image);
+                    }
+                    Value::Array(parts)
+                };
+                vec![json!({"type": "message", "role": role.as_str(), "content": content})]
+            }
+        },
+    }
+}
+
+/// (url, detail) of the image parts of a message's content, in either format.
+fn images_of(m: &Message) -> Vec<(String, Option<Value>)> {
+    let Some(Value::Array(parts)) = m.raw.get("content") else {
+        return Vec::new();
+    };
+    parts
+        .iter()
+        .filter_map(|p| match p.get("type").and_then(Value::as_str) {
+            Some("image_url") => {
+                let img = p.get("image_url")?;
+                let url = img
+                    .as_str()
+                    .or_else(|| img.get("url").and_then(Value::as_str))?;
+                Some((url.to_string(), img.get("detail").cloned()))
+            }
+            Some("input_image") => {
+                let url = p.get("image_url").and_then(Value::as_str)?;
+                Some((url.to_string(), p.get("detail").cloned()))
+            }
+            _ => None,
+        })
+        .collect()
+}
