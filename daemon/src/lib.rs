@@ -32,6 +32,7 @@ pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>
     let store = Arc::new(store::Store::open(&settings.data_dir, &store::StoreOptions { map_size: settings.map_size })?);
     let models = models::Models::load(&settings.models, &settings.data_dir)?;
     tracing::info!(embedder = ?models.embedder.id(), judge = %models.judge.name(), "models loaded");
+    record_embedder(&store, &models.embedder.id())?;
     let engine = Arc::new(engine::Engine::new(store.clone(), Some(models), settings.engine.clone()));
     let listener = server::Listener::open(&settings.socket, settings.socket_mode, settings.socket_group.as_deref())?;
     tracing::info!(socket = %listener.display, data = %settings.data_dir.display(), "listening");
@@ -50,5 +51,20 @@ pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>
     }
     store.sync()?;
     tracing::info!("stopped");
+    Ok(())
+}
+
+/// Keeps the embedding model's identity (name, dimension) with the data. A change is logged
+/// and recorded, so vectors are never mixed across models: the derived vector indexes are
+/// rebuilt from the store under the new identity (there are none yet; see ARCHITECTURE.md).
+fn record_embedder(store: &store::Store, id: &models::ModelId) -> Result<(), store::StoreError> {
+    const KEY: &[u8] = b"embedder";
+    let stored: Option<models::ModelId> = store.read(|r| r.get(store::Table::Meta, KEY))?;
+    if stored.as_ref() != Some(id) {
+        if let Some(old) = &stored {
+            tracing::warn!(from = ?old, to = ?id, "embedding model changed; derived vectors will be rebuilt");
+        }
+        store.write(|w| w.put(store::Table::Meta, KEY, id))?;
+    }
     Ok(())
 }

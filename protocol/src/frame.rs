@@ -46,35 +46,32 @@ impl FrameDecoder {
     /// is there. Oversize frames are reported once, as soon as their header is read, and their
     /// body is discarded as it arrives.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Option<Frame> {
-        loop {
+        if self.skipping > 0 {
+            let n = self.skipping.min(buf.len());
+            buf.advance(n);
+            self.skipping -= n;
             if self.skipping > 0 {
-                let n = self.skipping.min(buf.len());
-                buf.advance(n);
-                self.skipping -= n;
-                if self.skipping > 0 {
-                    return None;
-                }
-            }
-            if buf.len() < HEADER {
                 return None;
             }
-            let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
-            if len > self.max {
-                buf.advance(HEADER);
-                self.skipping = len;
-                // Drain what is already here so the caller's buffer does not hold it.
-                let n = self.skipping.min(buf.len());
-                buf.advance(n);
-                self.skipping -= n;
-                return Some(Frame::TooLarge { len });
-            }
-            if buf.len() < HEADER + len {
-                buf.reserve(HEADER + len - buf.len());
-                return None;
-            }
-            buf.advance(HEADER);
-            return Some(Frame::Body(buf.split_to(len).freeze()));
         }
+        if buf.len() < HEADER {
+            return None;
+        }
+        let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+        if len > self.max {
+            buf.advance(HEADER);
+            // Drain what is already here so the caller's buffer does not hold it.
+            let n = len.min(buf.len());
+            buf.advance(n);
+            self.skipping = len - n;
+            return Some(Frame::TooLarge { len });
+        }
+        if buf.len() < HEADER + len {
+            buf.reserve(HEADER + len - buf.len());
+            return None;
+        }
+        buf.advance(HEADER);
+        Some(Frame::Body(buf.split_to(len).freeze()))
     }
 
     /// True while the decoder is in the middle of a frame (header or body not complete).
