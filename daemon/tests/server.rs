@@ -227,3 +227,18 @@ fn stats_count_requests_and_stored_messages() {
     assert_eq!(stats["messages"], 1);
     assert!(stats["server"]["requests_total"].as_u64().unwrap() >= 2);
 }
+
+#[test]
+fn provider_side_history_is_detected_and_left_as_sent() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    let req = json!({"model": "gpt-4.1", "previous_response_id": "resp_1",
+        "input": [{"role": "user", "content": "and then?"}]});
+    let r = c.call("decorate", json!({"memory": "p", "request": req.clone()})).unwrap();
+    assert_eq!(r["info"]["provider_history"], "previous_response_id");
+    assert_eq!(r["request"], req);
+    let req2 = json!({"model": "gpt-4.1", "previous_response_id": "resp_2",
+        "input": [{"role": "user", "content": "next"}]});
+    let r2 = c.call("decorate", json!({"memory": "p", "request": req2.clone()})).unwrap();
+    assert_eq!(r2["request"], req2, "earlier stored turns are not re-sent: the provider has them");
+}

@@ -493,7 +493,13 @@ impl Engine {
         if let Some(text) = &facts {
             messages.push(Message::new(format, role, text.clone()));
         }
-        messages.extend(view.iter().flat_map(|m| m.message.to_format(format)));
+        if parsed.provider_history.is_some() {
+            // The provider holds the history (previous_response_id / conversation): we cannot
+            // trim it, so the request's own items go as sent, with our blocks around them.
+            messages.extend(parsed.history.iter().cloned());
+        } else {
+            messages.extend(view.iter().flat_map(|m| m.message.to_format(format)));
+        }
         let mut extra_tools = Vec::new();
         if let Some(text) = &ask {
             messages.push(Message::new(format, role, text.clone()));
