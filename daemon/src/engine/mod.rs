@@ -189,6 +189,19 @@ impl Engine {
             self.cut(&mut st, measure.budget.history, true);
             faded = fade(&mut st, measure.budget.landing, measure.view, now, ratio);
             measure = self.measure(&st, &parsed, ratio);
+            // The fade's own note ask (and the note tool) are part of the fixed size: with them
+            // the landing is lower. Carry on to the landing as it is now, in the same fade.
+            if faded && st.any_leaving() {
+                let leaving: u64 = st
+                    .episodes_in(EpisodeState::Leaving)
+                    .map(|e| tokens::corrected(e.tokens, ratio))
+                    .sum();
+                let projected = measure.view.saturating_sub(leaving);
+                if projected > measure.budget.landing {
+                    fade(&mut st, measure.budget.landing, projected, now, ratio);
+                    measure = self.measure(&st, &parsed, ratio);
+                }
+            }
         }
 
         // 5. Assemble.
@@ -442,9 +455,11 @@ impl Engine {
         let mut facts: Vec<(&Fact, f64)> = st
             .facts
             .iter()
+            // A note's facts stay while any episode they were written for is sealed, and leave
+            // with the last of them: forgetting one small episode does not drop a whole note.
             .filter(|f| {
                 !f.episodes.is_empty()
-                    && f.episodes.iter().all(|e| st.episodes[*e as usize].state == EpisodeState::Sealed)
+                    && f.episodes.iter().any(|e| st.episodes[*e as usize].state == EpisodeState::Sealed)
             })
             .map(|f| (f, activation::fact_activation(f, &st.traces, now)))
             .collect();
@@ -468,13 +483,18 @@ impl Engine {
         let ask = self.ask_text(st);
         // Over the ceiling even so (a huge turn): hold back whole episodes, least active first,
         // never the turn in progress. They keep their state and come back when there is room.
+        // Live ones go first: a leaving episode is held back only as a last resort, since the
+        // note ask asks the model for its facts and the model can only write what it sees.
         let mut hidden = Vec::new();
         let ceiling = measure.budget.ceiling;
         let mut total = measure.budget.fixed + measure.view;
         if total > ceiling {
             let mut candidates: Vec<&Episode> =
                 st.episodes.iter().filter(|e| matches!(e.state, EpisodeState::Live | EpisodeState::Leaving)).collect();
-            candidates.sort_by(|a, b| episode_activation(st, a).total_cmp(&episode_activation(st, b)));
+            candidates.sort_by(|a, b| {
+                let leaving = |e: &Episode| e.state == EpisodeState::Leaving;
+                leaving(a).cmp(&leaving(b)).then(episode_activation(st, a).total_cmp(&episode_activation(st, b)))
+            });
             for e in candidates {
                 if total <= ceiling {
                     break;
