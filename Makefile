@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 export RECALLD_MODEL_DIR ?= $(MODEL_DIR)
 export RECALLD_BENCH_DIR ?= $(abspath $(REPO)/../shared/bench)
 
-.PHONY: run test model build build-release test-rust test-python test-ts test-e2e venv py-client ts-client bench
+.PHONY: run test model build build-release test-rust test-python test-ts test-e2e venv py-client ts-client bench bench-engine
 
 run: model build-release
 	./target/release/recalld serve
@@ -53,6 +53,12 @@ test-ts: build ts-client
 test-e2e: build py-client ts-client
 	RECALLD_BIN="$(REPO)/target/debug/recalld" $(PY) -m pytest -q tests
 
-# Benchmarks (not tests): latency of hello/ping and a 2 KB decorate from Rust, Python, TypeScript.
+# Benchmarks (not tests): latency of hello/ping and a 2 KB decorate from Rust, Python, TypeScript
+# (BENCH_CALLS per measurement, default 10000).
+BENCH_CALLS ?= 10000
 bench: model build-release py-client ts-client
-	scripts/bench-latency.sh
+	scripts/bench-latency.sh $(BENCH_CALLS)
+
+# Engine latency (decorate/report) at 1k, 10k and 100k stored messages.
+bench-engine: model build-release
+	cargo run --release -p recalld --example engine_bench

@@ -8,6 +8,7 @@ pub mod client;
 pub mod config;
 pub mod engine;
 pub mod formats;
+pub mod lanes;
 pub mod models;
 pub mod server;
 pub mod store;
@@ -38,6 +39,7 @@ pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>
     tracing::info!(socket = %listener.display, data = %settings.data_dir.display(), "listening");
     println!("recalld {} listening on {}", env!("CARGO_PKG_VERSION"), listener.display);
     server::notify_ready();
+    let lanes = lanes::Lanes::start(engine.clone(), settings.engine.lane_workers);
     let state = Arc::new(server::AppState::new(engine, &settings));
     let (trigger, shutdown) = server::shutdown::channel();
     let serving = server::serve(listener, state, shutdown);
@@ -49,6 +51,7 @@ pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>
             serving.await;
         }
     }
+    lanes.stop();
     store.sync()?;
     tracing::info!("stopped");
     Ok(())

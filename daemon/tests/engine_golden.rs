@@ -197,6 +197,7 @@ impl Convo {
     fn report(&mut self, c: &mut recalld::client::Client, reply: Value) -> Value {
         self.now += 5.0;
         let r = c.call("report", json!({"memory": self.memory, "response": reply, "now": self.now})).unwrap();
+        wait_for_lane(c);
         let resp = &r["response"];
         match self.fmt {
             Fmt::Chat => {
@@ -411,4 +412,14 @@ fn chat_completions_conversation_fades_seals_forgets_and_sleeps() {
 #[test]
 fn responses_conversation_fades_seals_forgets_and_sleeps() {
     run_scenario(Fmt::Responses, "responses", 2500);
+}
+
+/// Waits until the background lane has run every queued job, so each step sees the same state
+/// (an agent's next model call usually gives the lane that time).
+fn wait_for_lane(c: &mut recalld::client::Client) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while c.call("stats", json!({})).unwrap()["jobs_pending"] != 0 {
+        assert!(std::time::Instant::now() < deadline, "background jobs did not finish within 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }

@@ -196,6 +196,8 @@ impl Sim {
             .engine
             .report(ReportArgs { memory: "m".into(), response: reply, now: Some(self.now) })
             .map_err(|e| TestCaseError::fail(format!("report: {e}")))?;
+        // The background lane, run to the end here (no lane threads in-process).
+        while self.engine.run_next_job("m").map_err(|e| TestCaseError::fail(format!("job: {e}")))? {}
         let m = r.response["choices"][0]["message"].clone();
         let calls = m["tool_calls"].as_array().cloned().unwrap_or_default();
         prop_assert!(calls.iter().all(|c| c["function"]["name"] != "note"), "note call reached the client");

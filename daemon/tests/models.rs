@@ -181,17 +181,18 @@ fn models_judge_fact_about_its_episode_scores_higher() {
 #[test]
 fn models_judge_walk_levels_order_by_relevance() {
     let j = judge();
-    let dialogue = "user: What did Melanie paint recently?\nassistant: Let me check what I remember about her art.";
+    let dialogue = "user: I loved Melanie's painting of the sunset over the lake. When did she paint it?\nassistant: Let me check what I remember about her art.";
     let facts = [
         "Melanie painted a sunset over the lake last month.",
         "Melanie enjoys painting and pottery.",
         "The quarterly tax filing deadline is in April.",
     ];
     let l = j.walk_levels(&CTX, dialogue, &facts).unwrap();
+    let raw = j.walk_scores(&CTX, dialogue, &facts).unwrap();
     assert_eq!(l.len(), 3);
-    assert!(l[0] >= WalkLevel::Keep, "{l:?}");
-    assert!(l[1] >= WalkLevel::Related, "{l:?}");
-    assert_eq!(l[2], WalkLevel::Unrelated, "{l:?}");
+    assert!(l[0] >= WalkLevel::Keep, "{l:?} {raw:?}");
+    assert_eq!(l[2], WalkLevel::Unrelated, "{l:?} {raw:?}");
+    assert!(raw[0] > raw[1] && raw[1] > raw[2] + 0.3, "{raw:?}");
     assert!(j.walk_levels(&CTX, dialogue, &[]).unwrap().is_empty());
 }
 
@@ -202,7 +203,7 @@ fn models_judge_distill_keeps_what_mattered() {
         "Melanie's daughter plays the violin in the school orchestra.",
         "Caroline adopted a grey cat named Oscar.",
     ];
-    let conversation = "user: My daughter has her orchestra concert tonight, she's nervous about her violin solo.\nassistant: She'll do great; remind her to breathe before the solo.";
+    let conversation = "user: Is Melanie's daughter still playing violin in the school orchestra?\nassistant: Yes, she still plays violin there and just had a solo.";
     assert_eq!(j.distill(&CTX, &facts, conversation).unwrap(), vec![0]);
     // A fact the conversation already states word for word is not kept.
     let said = "user: Caroline adopted a grey cat named Oscar.\nassistant: How lovely!";

@@ -299,12 +299,58 @@ fn agent_traces_replay_within_the_ceiling_with_valid_transcripts_and_lossless_ex
     let convs: Vec<Value> = text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(convs.len(), 111, "expected 100 tau-bench + 11 SWE-agent conversations");
     let counter = Counter { bpe: tiktoken_rs::cl100k_base().unwrap() };
-    let d = Daemon::start();
+    let d = match std::env::var_os("RECALLD_REPLAY_BIN") {
+        Some(bin) if !bin.is_empty() => {
+            let dir = tempfile::tempdir().unwrap();
+            let socket = dir.path().join("recalld.sock");
+            let data = dir.path().join("data");
+            let mut child = std::process::Command::new(bin)
+                .arg("serve")
+                .arg("--socket")
+                .arg(&socket)
+                .arg("--data")
+                .arg(&data)
+                .env_remove("RECALLD_CONFIG")
+                .env("RECALLD_LOG", "warn")
+                .env("RECALLD_MODEL_DIR", util::model_dir())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            util::wait_for_socket(&socket, &mut child);
+            Daemon { child: Some(child), dir, socket, data }
+        }
+        _ => Daemon::start(),
+    };
     let mut c = d.client();
     let mut sum = Summary::default();
     let started = Instant::now();
-    for conv in &convs {
+    // The debug daemon's built-in embedder is slow (about 15 s for a tau-bench conversation
+    // that cuts episodes), so by default a fixed sample is replayed: every 20th tau-bench
+    // conversation and the first 2 SWE-agent ones. RECALLD_REPLAY_ALL=1 replays all 111;
+    // RECALLD_REPLAY_BIN=target/release/recalld runs them against a release daemon (about 1 min).
+    let all = std::env::var("RECALLD_REPLAY_ALL").is_ok_and(|v| v == "1");
+    let (mut tau, mut swe) = (0, 0);
+    let chosen: Vec<&Value> = convs
+        .iter()
+        .filter(|c| {
+            if all {
+                return true;
+            }
+            if c["source"] == "tau-bench" {
+                tau += 1;
+                (tau - 1) % 20 == 0
+            } else {
+                swe += 1;
+                swe <= 2
+            }
+        })
+        .collect();
+    eprintln!("replaying {} of {} conversations{}", chosen.len(), convs.len(), if all { "" } else { " (sample; RECALLD_REPLAY_ALL=1 for all)" });
+    for conv in chosen {
+        let t = Instant::now();
+        let before = sum.decorates;
         replay(&mut c, conv, &counter, &mut sum);
+        eprintln!("replayed {} ({} decorates) in {:.2} s", conv["id"], sum.decorates - before, t.elapsed().as_secs_f64());
     }
     eprintln!(
         "replay: {} conversations in {:.1} s; {} decorates, {} reports, {} note asks; episodes: {} sealed, {} forgotten, \

@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 use crate::formats::{self, Format, FormatError, Message, Role, ToolCall};
 use crate::models::{CallCtx, Models};
 use crate::store::{Store, StoreError};
-use records::{Episode, EpisodeState, Fact, Source, StoredMessage, TraceKind};
+use records::{Episode, EpisodeState, Fact, JobKind, Source, StoredMessage, TraceKind};
 use state::State;
 
 /// Engine settings (`[engine]` in the config file).
@@ -42,6 +42,8 @@ pub struct EngineConfig {
     pub max_episode_tokens: u64,
     /// Episodes a new fact is judged against at most (the most recent remembered ones).
     pub max_episodes_judged: usize,
+    /// Threads running the memories' background lanes.
+    pub lane_workers: usize,
 }
 
 impl Default for EngineConfig {
@@ -52,6 +54,7 @@ impl Default for EngineConfig {
             sleep_hours: 24.0,
             max_episode_tokens: 4_000,
             max_episodes_judged: 32,
+            lane_workers: 1,
         }
     }
 }
@@ -88,6 +91,7 @@ pub struct Engine {
     models: Option<Models>,
     config: EngineConfig,
     locks: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    notify: Mutex<Option<std::sync::mpsc::Sender<String>>>,
 }
 
 /// Unix seconds now, or the caller's injected time.
@@ -112,7 +116,7 @@ impl Engine {
     /// `models` is None only where a judge is not wanted (tests of the mechanism alone); then
     /// cuts go by size and facts are not scored against episodes.
     pub fn new(store: Arc<Store>, models: Option<Models>, config: EngineConfig) -> Engine {
-        Engine { store, models, config, locks: Mutex::new(HashMap::new()) }
+        Engine { store, models, config, locks: Mutex::new(HashMap::new()), notify: Mutex::new(None) }
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -241,6 +245,9 @@ impl Engine {
         });
         if !args.dry_run {
             self.store.write(|w| st.save(w))?;
+            if st.has_new_jobs() {
+                self.notify_lane(&args.memory);
+            }
         }
         Ok(DecorateReply { request: assembled.request, info })
     }
@@ -322,14 +329,17 @@ impl Engine {
             e.acknowledged = true;
             e.facts.extend(&written);
         }
-        self.score_facts(st, &written, now);
+        if !written.is_empty() {
+            st.push_job(JobKind::ScoreFacts { facts: written.clone() }, now);
+        }
         written.len()
     }
 
-    /// Judges each new fact against the remembered episodes: every answer is a trace, counted
-    /// only on yes. Without a judge (or when it fails) no trace is written: nothing is invented.
-    fn score_facts(&self, st: &mut State, facts: &[u64], now: f64) {
-        let Some(models) = &self.models else { return };
+    /// Judges each fact against the remembered episodes: every answer becomes a trace (episode,
+    /// score, yes, fact), counted only on yes. Without a judge, or when it fails, nothing is
+    /// returned for what was not judged: nothing is invented.
+    fn judge_facts(&self, st: &State, facts: &[u64]) -> Vec<(u64, f64, bool, u64)> {
+        let Some(models) = &self.models else { return Vec::new() };
         let remembered: Vec<u64> = st
             .episodes
             .iter()
@@ -338,37 +348,81 @@ impl Engine {
             .take(self.config.max_episodes_judged)
             .map(|e| e.n)
             .collect();
-        let ctx = CallCtx { memory: &st.memory.id.clone() };
+        let passages: Vec<Vec<String>> = remembered.iter().map(|&e| episode_passages(st, e)).collect();
+        let ctx = CallCtx { memory: &st.memory.id };
+        let mut out = Vec::new();
         for &f in facts {
-            let note = st.facts.iter().find(|x| x.n == f).map(|x| x.note.clone()).unwrap_or_default();
-            for &e in &remembered {
-                let passages = episode_passages(st, e);
-                let refs: Vec<&str> = passages.iter().map(String::as_str).collect();
-                match models.judge.about(&ctx, &note, &refs) {
-                    Ok((score, yes)) => st.push_trace(e, TraceKind::Fact, now, score as f64, yes, Some(f)),
+            let Some(note) = st.facts.iter().find(|x| x.n == f).map(|x| x.note.as_str()) else { continue };
+            for (&e, texts) in remembered.iter().zip(&passages) {
+                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                match models.judge.about(&ctx, note, &refs) {
+                    Ok((score, yes)) => out.push((e, score as f64, yes, f)),
                     Err(err) => {
                         tracing::warn!(error = %err, "judge failed; fact left unscored");
-                        return;
+                        return out;
                     }
                 }
             }
+        }
+        out
+    }
+
+    /// Runs the oldest queued job of `memory`, if any; returns whether one ran. The judging is
+    /// done on a snapshot without holding the memory's lock, so decorate never waits on it; the
+    /// results are applied under the lock, with the job's removal, in one transaction.
+    pub fn run_next_job(&self, memory: &str) -> Result<bool, EngineError> {
+        let (snapshot, job) = self.store.read(|r| Ok((State::load(r, memory, 0.0)?, state::oldest_job(r, memory)?)))?;
+        let Some(job) = job else { return Ok(false) };
+        let traces = match &job.job {
+            JobKind::ScoreFacts { facts } => self.judge_facts(&snapshot, facts),
+            JobKind::Cut => Vec::new(),
+        };
+        drop(snapshot);
+        let lock = self.lock(memory);
+        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.store.read(|r| State::load(r, memory, 0.0))?;
+        match job.job {
+            JobKind::ScoreFacts { .. } => {
+                for (episode, score, yes, fact) in traces {
+                    st.push_trace(episode, TraceKind::Fact, job.at, score, yes, Some(fact));
+                }
+            }
+            JobKind::Cut => {
+                let ceiling = st.memory.ceiling.unwrap_or(self.config.ceiling);
+                self.cut(&mut st, ceiling, false);
+            }
+        }
+        st.finish_job(job.n);
+        self.store.write(|w| st.save(w))?;
+        Ok(true)
+    }
+
+    /// Memories with queued jobs (to resume after a restart) and the number of jobs.
+    pub fn pending_jobs(&self) -> Result<(Vec<String>, u64), EngineError> {
+        Ok(self.store.read(|r| state::pending_jobs(r))?)
+    }
+
+    /// Where to tell the lanes that a memory has new work.
+    pub fn set_lane_notifier(&self, notify: std::sync::mpsc::Sender<String>) {
+        *self.notify.lock().unwrap_or_else(|e| e.into_inner()) = Some(notify);
+    }
+
+    fn notify_lane(&self, memory: &str) {
+        if let Some(tx) = self.notify.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            let _ = tx.send(memory.to_owned());
         }
     }
 
     /// Cuts closed, uncut history into episodes. With `force`, any closed history is cut (a
     /// fade needs episodes); otherwise only once it reaches twice the largest episode.
     fn cut(&self, st: &mut State, history_budget: u64, force: bool) {
-        let max = self.config.max_episode_tokens.min(history_budget / 8).max(64);
-        let min = max / 4;
-        let from = st.uncut_from();
-        let current = st.memory.turn;
-        let closed: Vec<&StoredMessage> =
-            st.history().filter(|m| m.seq >= from && m.turn < current).collect();
-        if closed.is_empty() {
+        if !force && !self.cut_ready(st, history_budget) {
             return;
         }
-        let total: u64 = closed.iter().map(|m| m.tokens as u64).sum();
-        if !force && total < 2 * max {
+        let max = self.max_episode(history_budget);
+        let min = max / 4;
+        let closed = closed_uncut(st);
+        if closed.is_empty() {
             return;
         }
         let units = units::units(&closed);
@@ -400,6 +454,16 @@ impl Engine {
         for e in pieces {
             st.push_episode(e);
         }
+    }
+
+    fn max_episode(&self, history_budget: u64) -> u64 {
+        self.config.max_episode_tokens.min(history_budget / 8).max(64)
+    }
+
+    /// Whether closed, uncut history has reached twice the largest episode.
+    fn cut_ready(&self, st: &State, history_budget: u64) -> bool {
+        let total: u64 = closed_uncut(st).iter().map(|m| m.tokens as u64).sum();
+        total >= 2 * self.max_episode(history_budget)
     }
 
     /// The order of boundaries: before unit i, "unit i starts a concept" + "unit i−1 ends one",
@@ -569,15 +633,20 @@ impl Engine {
             }
         }
         st.memory.last_estimate = None;
-        // Cut once enough closed history has built up.
+        // Cut once enough closed history has built up: in the background lane.
         let ceiling = st.memory.ceiling.unwrap_or(self.config.ceiling);
-        self.cut(&mut st, ceiling, false);
+        if self.cut_ready(&st, ceiling) {
+            st.push_job(JobKind::Cut, now);
+        }
         st.memory.updated_at = now;
         let reparsed = formats::parse_response(&response)?;
         let again = !removed.is_empty()
             && !reparsed.has_content()
             && reparsed.messages.iter().all(|m| m.tool_calls.is_empty());
         self.store.write(|w| st.save(w))?;
+        if st.has_new_jobs() {
+            self.notify_lane(&args.memory);
+        }
         Ok(ReportReply { response, again })
     }
 
@@ -607,6 +676,7 @@ impl Engine {
             "messages": messages,
             "facts": facts,
             "store_bytes": self.store.size_bytes(),
+            "jobs_pending": self.pending_jobs()?.1,
             "models": self.models.as_ref().map(Models::stats),
         }))
     }
@@ -623,6 +693,13 @@ struct Assembled {
     note_ask: bool,
     hidden: Vec<u64>,
     in_view: Vec<u64>,
+}
+
+/// History of closed turns that no episode holds yet.
+fn closed_uncut(st: &State) -> Vec<&StoredMessage> {
+    let from = st.uncut_from();
+    let current = st.memory.turn;
+    st.history().filter(|m| m.seq >= from && m.turn < current).collect()
 }
 
 /// A history message is in view unless its episode is sealed or forgotten.

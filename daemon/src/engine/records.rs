@@ -39,6 +39,8 @@ pub struct MemoryRecord {
     /// Our estimate of the last request decorate returned, to compare with the provider's count.
     #[serde(default)]
     pub last_estimate: Option<Estimate>,
+    #[serde(default)]
+    pub next_job: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -63,6 +65,7 @@ impl MemoryRecord {
             next_fact: 0,
             ratios: BTreeMap::new(),
             last_estimate: None,
+            next_job: 0,
         }
     }
 }
@@ -214,4 +217,22 @@ pub struct Fact {
     /// The turn range of the episodes it was written for.
     pub first_turn: u64,
     pub last_turn: u64,
+}
+
+/// Work queued for the memory's background lane, run strictly in order.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum JobKind {
+    /// Judge new facts against the remembered episodes (traces).
+    ScoreFacts { facts: Vec<u64> },
+    /// Cut closed history into episodes once enough has built up.
+    Cut,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Job {
+    pub n: u64,
+    /// The time the work is about: traces it writes carry it.
+    pub at: f64,
+    pub job: JobKind,
 }

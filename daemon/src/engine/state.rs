@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use super::records::{Episode, EpisodeState, Fact, MemoryRecord, StoredMessage, Trace, TraceKind};
+use super::records::{Episode, EpisodeState, Fact, Job, JobKind, MemoryRecord, StoredMessage, Trace, TraceKind};
 use crate::store::{keys, Reader, StoreError, Table, Writer};
 
 pub struct State {
@@ -19,6 +19,8 @@ pub struct State {
     dirty_episodes: BTreeSet<u64>,
     new_facts: usize,
     new_traces: usize,
+    new_jobs: Vec<Job>,
+    done_jobs: Vec<u64>,
 }
 
 impl State {
@@ -37,6 +39,8 @@ impl State {
             dirty_episodes: BTreeSet::new(),
             new_facts: 0,
             new_traces: 0,
+            new_jobs: Vec::new(),
+            done_jobs: Vec::new(),
         })
     }
 
@@ -55,7 +59,29 @@ impl State {
         for t in &self.traces[self.traces.len() - self.new_traces..] {
             w.put(Table::Traces, &keys::seq2(id, t.episode, t.n), t)?;
         }
+        for job in &self.new_jobs {
+            w.put(Table::Jobs, &keys::seq(id, job.n), job)?;
+        }
+        for n in &self.done_jobs {
+            w.delete(Table::Jobs, &keys::seq(id, *n))?;
+        }
         w.put(Table::Memories, &keys::memory(id), &self.memory)
+    }
+
+    /// Queues background work; it is saved with everything else.
+    pub fn push_job(&mut self, job: JobKind, at: f64) {
+        let n = self.memory.next_job;
+        self.memory.next_job += 1;
+        self.new_jobs.push(Job { n, at, job });
+    }
+
+    pub fn has_new_jobs(&self) -> bool {
+        !self.new_jobs.is_empty()
+    }
+
+    /// Marks a job done: its record is removed when the state is saved.
+    pub fn finish_job(&mut self, n: u64) {
+        self.done_jobs.push(n);
     }
 
     fn message_index(&self, seq: u64) -> Option<usize> {
@@ -130,4 +156,31 @@ impl State {
     pub fn any_leaving(&self) -> bool {
         self.episodes.iter().any(|e| e.state == EpisodeState::Leaving)
     }
+}
+
+/// The oldest queued job of a memory.
+pub fn oldest_job(r: &Reader<'_>, memory: &str) -> Result<Option<Job>, StoreError> {
+    let prefix = keys::memory_prefix(memory);
+    let mut found = None;
+    r.visit(Table::Jobs, &prefix, &prefix, |_, job: Job| {
+        found = Some(job);
+        Ok(false)
+    })?;
+    Ok(found)
+}
+
+/// Memories that have queued jobs, and how many jobs in all.
+pub fn pending_jobs(r: &Reader<'_>) -> Result<(Vec<String>, u64), StoreError> {
+    let mut memories: Vec<String> = Vec::new();
+    let mut count = 0;
+    r.visit(Table::Jobs, b"", b"", |key, _: Job| {
+        count += 1;
+        let id = key.split(|b| *b == 0).next().unwrap_or_default();
+        let id = String::from_utf8_lossy(id).into_owned();
+        if memories.last() != Some(&id) {
+            memories.push(id);
+        }
+        Ok(true)
+    })?;
+    Ok((memories, count))
 }

@@ -155,16 +155,16 @@ pub struct Thresholds {
 impl Default for Thresholds {
     fn default() -> Self {
         Thresholds {
-            about: 0.50,
-            walk_related: 0.30,
-            walk_keep: 0.45,
-            walk_central: 0.60,
-            distill: 0.40,
+            about: 0.70,
+            walk_related: 0.56,
+            walk_keep: 0.66,
+            walk_central: 0.80,
+            distill: 0.67,
             distill_said: 0.95,
             restates: 0.92,
             contradicts: 0.75,
-            contradicts_overlap: 0.5,
-            boundary_window: 3,
+            contradicts_overlap: 0.7,
+            boundary_window: 2,
         }
     }
 }

@@ -110,8 +110,8 @@ impl MiniLm {
             let (i, m) = (e.get_ids(), e.get_attention_mask());
             ids.extend_from_slice(i);
             mask.extend_from_slice(m);
-            ids.extend(std::iter::repeat(0).take(len - i.len()));
-            mask.extend(std::iter::repeat(0).take(len - m.len()));
+            ids.resize(ids.len() + (len - i.len()), 0);
+            mask.resize(mask.len() + (len - m.len()), 0);
             tokens += m.iter().filter(|&&x| x == 1).count() as u64;
         }
         let device = &self.model.device;

@@ -90,7 +90,7 @@ impl Http {
             return Err(ModelError::Config("base_url is empty".into()));
         }
         if let Some(name) = s.api_key_env {
-            if std::env::var_os(name).map_or(true, |v| v.is_empty()) {
+            if std::env::var_os(name).filter(|v| !v.is_empty()).is_none() {
                 return Err(ModelError::Config(format!("environment variable {name} (api_key_env) is not set")));
             }
         }

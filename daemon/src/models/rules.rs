@@ -321,7 +321,7 @@ impl Words {
         let content: HashSet<String> = words
             .iter()
             .filter(|w| !STOPWORDS.contains(&w.as_str()) && !NEGATIONS.contains(&w.as_str()) && !numbers.contains(*w))
-            .cloned()
+            .map(|w| stem(w).to_string())
             .collect();
         Words { norm: words.join(" "), content, numbers, negated }
     }
@@ -332,6 +332,24 @@ impl Words {
             return 0.0;
         }
         self.content.intersection(&other.content).count() as f32 / union as f32
+    }
+}
+
+/// A crude suffix stripper so "likes" and "like" count as one word.
+/// (then a final "e": "likes", "liked", "like" and "liking" all become "lik").
+fn stem(w: &str) -> &str {
+    let mut root = w;
+    for suffix in ["ing", "ed", "es", "s"] {
+        if let Some(r) = w.strip_suffix(suffix) {
+            if r.chars().count() >= 3 {
+                root = r;
+                break;
+            }
+        }
+    }
+    match root.strip_suffix('e') {
+        Some(r) if r.chars().count() >= 3 => r,
+        _ => root,
     }
 }
 
@@ -402,7 +420,8 @@ mod tests {
         let a = Words::of("Caroline doesn't have 3 dogs.");
         assert!(a.negated);
         assert!(a.numbers.contains("3"));
-        assert!(a.content.contains("caroline") && a.content.contains("dogs"));
+        assert!(a.content.contains("carolin") && a.content.contains("dog"), "{:?}", a.content);
+        assert_eq!(Words::of("Caroline likes hiking").content, Words::of("caroline like hike").content);
         let b = Words::of("Caroline has 1,500 dollars");
         assert!(!b.negated && b.numbers.contains("1500"));
     }
