@@ -242,3 +242,18 @@ fn provider_side_history_is_detected_and_left_as_sent() {
     let r2 = c.call("decorate", json!({"memory": "p", "request": req2.clone()})).unwrap();
     assert_eq!(r2["request"], req2, "earlier stored turns are not re-sent: the provider has them");
 }
+
+#[test]
+fn instructions_are_kept_with_every_version_in_export() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    let u = json!({"role": "user", "content": "hi"});
+    c.call("decorate", json!({"memory": "i", "request": chat(json!([{"role": "system", "content": "v1"}, u]))})).unwrap();
+    c.call("decorate", json!({"memory": "i", "request": chat(json!([{"role": "system", "content": "v1"}, u]))})).unwrap();
+    c.call("decorate", json!({"memory": "i", "request": chat(json!([{"role": "system", "content": "v2"}, u]))})).unwrap();
+    let export = c.call("export", json!({"memory": "i"})).unwrap();
+    let versions = export["record"]["instructions"].as_array().unwrap();
+    assert_eq!(versions.len(), 2);
+    assert_eq!(versions[0]["raw"][0]["content"], "v1");
+    assert_eq!(versions[1]["raw"][0]["content"], "v2");
+}

@@ -152,7 +152,9 @@ impl Engine {
             st.memory.user = args.user.clone();
         }
 
-        // 1. Store what is new (our own blocks and note calls are not history).
+        // 1. Store what is new (our own blocks and note calls are not history). Instructions
+        // are not history either; each new version of them is kept on the memory.
+        remember_instructions(&mut st, &parsed.instructions, now);
         let (incoming, notes) = self.clean_incoming(&parsed.history);
         let previous_user_at = st.memory.last_user_at;
         let stored: Vec<StoredMessage> = st.history().cloned().collect();
@@ -693,6 +695,18 @@ struct Assembled {
     note_ask: bool,
     hidden: Vec<u64>,
     in_view: Vec<u64>,
+}
+
+fn remember_instructions(st: &mut State, instructions: &[Message], now: f64) {
+    if instructions.is_empty() {
+        return;
+    }
+    let fingerprint = instructions.iter().fold(0u64, |h, m| h.rotate_left(7) ^ m.fingerprint());
+    if st.memory.instructions.last().is_some_and(|i| i.fingerprint == fingerprint) {
+        return;
+    }
+    let raw = instructions.iter().map(|m| m.raw.clone()).collect();
+    st.memory.instructions.push(records::Instructions { since: now, fingerprint, raw });
 }
 
 /// History of closed turns that no episode holds yet.

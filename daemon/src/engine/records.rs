@@ -41,6 +41,18 @@ pub struct MemoryRecord {
     pub last_estimate: Option<Estimate>,
     #[serde(default)]
     pub next_job: u64,
+    /// The instructions of the latest request (system/developer messages or the Responses
+    /// `instructions` field), as sent; earlier versions are kept when they change.
+    #[serde(default)]
+    pub instructions: Vec<Instructions>,
+}
+
+/// One version of the client's instructions and when it was first seen.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Instructions {
+    pub since: f64,
+    pub fingerprint: u64,
+    pub raw: Vec<Value>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -66,6 +78,7 @@ impl MemoryRecord {
             ratios: BTreeMap::new(),
             last_estimate: None,
             next_job: 0,
+            instructions: Vec::new(),
         }
     }
 }
