@@ -500,11 +500,12 @@ impl Engine {
         let mut fixed: u64 = parsed.instructions.iter().map(|m| tokens::message_tokens(m) as u64).sum();
         fixed += tokens::text_tokens(&serde_json::to_string(&parsed.rest).unwrap_or_default()) as u64;
         fixed += facts_text.as_deref().map_or(0, |t| tokens::text_tokens(t) as u64 + 4);
-        if let Some(ask) = &ask_text {
-            fixed += tokens::text_tokens(ask) as u64 + 4;
-            let tool = formats::note_tool(parsed.format, &self.config.note_tool).to_string();
-            fixed += tokens::text_tokens(&tool) as u64;
-        }
+        // The note ask and the note tool are reserved even before any ask is out: the fade that
+        // starts an episode leaving adds them, and that request must still fit.
+        let ask = ask_text.unwrap_or_else(|| blocks::note_ask(1, 1, &self.config.note_tool));
+        fixed += tokens::text_tokens(&ask) as u64 + 4;
+        let tool = formats::note_tool(parsed.format, &self.config.note_tool).to_string();
+        fixed += tokens::text_tokens(&tool) as u64;
         let fixed = tokens::corrected(fixed, ratio);
         let history: Vec<&StoredMessage> = st.history().collect();
         let current = st.memory.turn;
