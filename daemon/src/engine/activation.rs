@@ -10,8 +10,16 @@ fn faded(score: f64, at: f64, now: f64) -> f64 {
     score / minutes.max(1.0).sqrt()
 }
 
-pub fn activation<'a>(traces: impl IntoIterator<Item = &'a Trace>, now: f64) -> f64 {
-    traces.into_iter().filter(|t| t.counted).map(|t| faded(t.score, t.at, now)).sum()
+/// Activation of every episode (indexed by episode number) in one pass over the traces: the
+/// encoding trace and every counted trace, each faded by the square root of its age.
+pub fn of_episodes(episodes: usize, traces: &[Trace], now: f64) -> Vec<f64> {
+    let mut out = vec![0.0; episodes];
+    for t in traces.iter().filter(|t| t.counted) {
+        if let Some(a) = out.get_mut(t.episode as usize) {
+            *a += faded(t.score, t.at, now);
+        }
+    }
+    out
 }
 
 pub fn significance<'a>(traces: impl IntoIterator<Item = &'a Trace>) -> f64 {
@@ -36,16 +44,16 @@ mod tests {
     #[test]
     fn a_trace_counts_in_full_for_a_minute_then_fades_by_the_square_root() {
         let t = [trace(0.0, 1.0, true)];
-        assert_eq!(activation(&t, 30.0), 1.0);
-        assert!((activation(&t, 4.0 * 60.0) - 0.5).abs() < 1e-12);
-        assert!((activation(&t, 3600.0) - 1.0 / 60f64.sqrt()).abs() < 1e-12);
+        assert_eq!(of_episodes(1, &t, 30.0)[0], 1.0);
+        assert!((of_episodes(1, &t, 4.0 * 60.0)[0] - 0.5).abs() < 1e-12);
+        assert!((of_episodes(1, &t, 3600.0)[0] - 1.0 / 60f64.sqrt()).abs() < 1e-12);
     }
 
     #[test]
     fn only_counted_traces_count_and_significance_never_fades() {
         let t = [trace(0.0, 1.0, true), trace(0.0, 0.9, false), trace(0.0, 0.7, true)];
         assert!((significance(&t) - 1.7).abs() < 1e-12);
-        assert!(activation(&t, 1e9) < 0.01);
+        assert!(of_episodes(1, &t, 1e9)[0] < 0.01);
         assert!((significance(&t) - 1.7).abs() < 1e-12);
     }
 }

@@ -9,7 +9,6 @@
 
 use recalld_protocol::ops::HistoryMode;
 
-use super::records::StoredMessage;
 use crate::formats::Message;
 
 /// What ingesting a request will do.
@@ -25,18 +24,17 @@ pub struct Plan {
 
 pub fn plan(
     existed: bool,
-    stored: &[&StoredMessage],
+    stored_fp: &[u64],
     incoming: &[Message],
     mode: HistoryMode,
 ) -> Plan {
     let make = |supersede_from, new: &[Message], aligned| Plan { supersede_from, new: new.to_vec(), aligned };
-    if !existed || stored.is_empty() {
+    if !existed || stored_fp.is_empty() {
         return make(None, incoming, "first");
     }
     if mode == HistoryMode::Delta {
         return make(None, incoming, "delta");
     }
-    let stored_fp: Vec<u64> = stored.iter().map(|m| m.fingerprint).collect();
     let incoming_fp: Vec<u64> = incoming.iter().map(Message::fingerprint).collect();
     let Some(&first) = incoming_fp.first() else {
         return make(None, &[], "extends");
@@ -79,7 +77,7 @@ mod tests {
             .collect()
     }
 
-    use crate::engine::records::{MemoryRecord, Source};
+    use crate::engine::records::{MemoryRecord, Source, StoredMessage};
     use crate::formats::Role;
 
     fn stored(ms: &[Message]) -> (MemoryRecord, Vec<StoredMessage>) {
@@ -102,7 +100,7 @@ mod tests {
         let (mem, st) = stored(&old);
         let mut incoming = old.clone();
         incoming.extend(msgs(&[("a", "fine"), ("u", "good")]));
-        let p = plan(mem.next_seq > 0, &st.iter().collect::<Vec<_>>(), &incoming, HistoryMode::Full);
+        let p = plan(mem.next_seq > 0, &st.iter().map(|m| m.fingerprint).collect::<Vec<_>>(), &incoming, HistoryMode::Full);
         assert_eq!(p.aligned, "extends");
         assert_eq!(p.new.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(), vec!["fine", "good"]);
         assert_eq!(p.supersede_from, None);
@@ -113,7 +111,7 @@ mod tests {
         let old = msgs(&[("u", "a"), ("a", "b"), ("u", "c"), ("a", "d")]);
         let (mem, st) = stored(&old);
         let incoming = msgs(&[("u", "c"), ("a", "d"), ("u", "e")]);
-        let p = plan(mem.next_seq > 0, &st.iter().collect::<Vec<_>>(), &incoming, HistoryMode::Full);
+        let p = plan(mem.next_seq > 0, &st.iter().map(|m| m.fingerprint).collect::<Vec<_>>(), &incoming, HistoryMode::Full);
         assert_eq!(p.aligned, "extends");
         assert_eq!(p.new.len(), 1);
     }
@@ -123,7 +121,7 @@ mod tests {
         let old = msgs(&[("u", "yes"), ("a", "ok"), ("u", "yes"), ("a", "ok")]);
         let (mem, st) = stored(&old);
         let incoming = msgs(&[("u", "yes"), ("a", "ok"), ("u", "next")]);
-        let p = plan(mem.next_seq > 0, &st.iter().collect::<Vec<_>>(), &incoming, HistoryMode::Full);
+        let p = plan(mem.next_seq > 0, &st.iter().map(|m| m.fingerprint).collect::<Vec<_>>(), &incoming, HistoryMode::Full);
         assert_eq!(p.aligned, "extends");
         assert_eq!(p.new.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(), vec!["next"]);
     }
@@ -133,7 +131,7 @@ mod tests {
         let old = msgs(&[("u", "a"), ("a", "b"), ("u", "c"), ("a", "d")]);
         let (mem, st) = stored(&old);
         let incoming = msgs(&[("u", "a"), ("a", "b"), ("u", "C edited")]);
-        let p = plan(mem.next_seq > 0, &st.iter().collect::<Vec<_>>(), &incoming, HistoryMode::Full);
+        let p = plan(mem.next_seq > 0, &st.iter().map(|m| m.fingerprint).collect::<Vec<_>>(), &incoming, HistoryMode::Full);
         assert_eq!(p.aligned, "edit");
         assert_eq!(p.supersede_from, Some(2));
         assert_eq!(p.new.len(), 1);
@@ -144,7 +142,7 @@ mod tests {
         let old = msgs(&[("u", "a"), ("a", "b")]);
         let (mem, st) = stored(&old);
         let incoming = msgs(&[("u", "a")]);
-        let p = plan(mem.next_seq > 0, &st.iter().collect::<Vec<_>>(), &incoming, HistoryMode::Delta);
+        let p = plan(mem.next_seq > 0, &st.iter().map(|m| m.fingerprint).collect::<Vec<_>>(), &incoming, HistoryMode::Delta);
         assert_eq!(p.new.len(), 1);
     }
 }

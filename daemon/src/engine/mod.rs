@@ -44,6 +44,8 @@ pub struct EngineConfig {
     pub max_episodes_judged: usize,
     /// Threads running the memories' background lanes.
     pub lane_workers: usize,
+    /// Memories whose loaded state is kept between ops (most recently used).
+    pub cached_memories: usize,
 }
 
 impl Default for EngineConfig {
@@ -55,6 +57,7 @@ impl Default for EngineConfig {
             max_episode_tokens: 4_000,
             max_episodes_judged: 32,
             lane_workers: 1,
+            cached_memories: 64,
         }
     }
 }
@@ -92,6 +95,15 @@ pub struct Engine {
     config: EngineConfig,
     locks: Mutex<HashMap<String, Arc<Mutex<()>>>>,
     notify: Mutex<Option<std::sync::mpsc::Sender<String>>>,
+    /// Loaded states of recently used memories, equal to what the store holds: every op that
+    /// writes a memory saves through its state under the memory's lock, then puts it back.
+    cache: Mutex<StateCache>,
+}
+
+#[derive(Default)]
+struct StateCache {
+    states: HashMap<String, State>,
+    order: std::collections::VecDeque<String>,
 }
 
 /// Unix seconds now, or the caller's injected time.
@@ -116,7 +128,7 @@ impl Engine {
     /// `models` is None only where a judge is not wanted (tests of the mechanism alone); then
     /// cuts go by size and facts are not scored against episodes.
     pub fn new(store: Arc<Store>, models: Option<Models>, config: EngineConfig) -> Engine {
-        Engine { store, models, config, locks: Mutex::new(HashMap::new()), notify: Mutex::new(None) }
+        Engine { store, models, config, locks: Mutex::new(HashMap::new()), notify: Mutex::new(None), cache: Mutex::default() }
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -126,6 +138,36 @@ impl Engine {
     fn lock(&self, memory: &str) -> Arc<Mutex<()>> {
         let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
         locks.entry(memory.to_owned()).or_default().clone()
+    }
+
+    /// The memory's state: the cached one, else loaded from the store. Call under the memory's
+    /// lock; give it back with [`Engine::keep`] once saved (on an error it is simply dropped).
+    fn take_state(&self, memory: &str, now: f64) -> Result<State, EngineError> {
+        let cached = {
+            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            cache.order.retain(|m| m != memory);
+            cache.states.remove(memory)
+        };
+        match cached {
+            Some(st) => Ok(st),
+            None => Ok(self.store.read(|r| State::load(r, memory, now))?),
+        }
+    }
+
+    /// Saves the state in one transaction and keeps it for the next op.
+    fn save_and_keep(&self, mut st: State) -> Result<(), EngineError> {
+        self.store.write(|w| st.save(w))?;
+        st.mark_saved();
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let id = st.memory.id.clone();
+        cache.order.push_back(id.clone());
+        cache.states.insert(id, st);
+        while cache.order.len() > self.config.cached_memories {
+            if let Some(old) = cache.order.pop_front() {
+                cache.states.remove(&old);
+            }
+        }
+        Ok(())
     }
 
     fn ratio(&self, st: &State, model: Option<&str>) -> Option<f64> {
@@ -138,7 +180,12 @@ impl Engine {
         let parsed = formats::parse_request(&args.request)?;
         let lock = self.lock(&args.memory);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-        let mut st = self.store.read(|r| State::load(r, &args.memory, now))?;
+        // A dry run works on a fresh copy from the store and keeps nothing.
+        let mut st = if args.dry_run {
+            self.store.read(|r| State::load(r, &args.memory, now))?
+        } else {
+            self.take_state(&args.memory, now)?
+        };
         if let Some(c) = args.ceiling {
             if c == 0 {
                 return Err(EngineError::InvalidArgument("ceiling must be a positive number of tokens".into()));
@@ -157,12 +204,11 @@ impl Engine {
         remember_instructions(&mut st, &parsed.instructions, now);
         let (incoming, notes) = self.clean_incoming(&parsed.history);
         let previous_user_at = st.memory.last_user_at;
-        let stored: Vec<StoredMessage> = st.history().cloned().collect();
-        let stored_refs: Vec<&StoredMessage> = stored.iter().collect();
-        let plan = ingest::plan(st.existed, &stored_refs, &incoming, args.history);
+        let (stored_seqs, stored_fp): (Vec<u64>, Vec<u64>) = st.history().map(|m| (m.seq, m.fingerprint)).unzip();
+        let plan = ingest::plan(st.existed, &stored_fp, &incoming, args.history);
         if let Some(from) = plan.supersede_from {
-            for old in &stored[from..] {
-                st.message_mut(old.seq).superseded_at = Some(now);
+            for &seq in &stored_seqs[from..] {
+                st.message_mut(seq).superseded_at = Some(now);
             }
         }
         let mut new_user = false;
@@ -214,10 +260,11 @@ impl Engine {
         let assembled = self.assemble(&st, &parsed, ratio, &measure);
         st.memory.last_estimate = parsed.model.clone().map(|model| records::Estimate { model, tokens: assembled.tokens });
         st.memory.updated_at = now;
+        let activations = activation::of_episodes(st.episodes.len(), &st.traces, now);
         let info = json!({
             "format": parsed.format,
             "stored": plan.new.len(),
-            "superseded": plan.supersede_from.map(|i| stored.len() - i).unwrap_or(0),
+            "superseded": plan.supersede_from.map(|i| stored_seqs.len() - i).unwrap_or(0),
             "aligned": plan.aligned,
             "turn": st.memory.turn,
             "facts_written": facts_written,
@@ -240,14 +287,15 @@ impl Engine {
             "episodes": st.episodes.iter().map(|e| json!({
                 "n": e.n, "state": e.state, "turns": [e.first_turn, e.last_turn],
                 "seqs": [e.first_seq, e.last_seq], "tokens": e.tokens,
-                "activation": activation::activation(st.traces.iter().filter(|t| t.episode == e.n), now),
+                "activation": activations[e.n as usize],
                 "significance": activation::significance(st.traces.iter().filter(|t| t.episode == e.n)),
                 "facts": e.facts,
             })).collect::<Vec<_>>(),
         });
         if !args.dry_run {
-            self.store.write(|w| st.save(w))?;
-            if st.has_new_jobs() {
+            let queued = st.has_new_jobs();
+            self.save_and_keep(st)?;
+            if queued {
                 self.notify_lane(&args.memory);
             }
         }
@@ -382,7 +430,7 @@ impl Engine {
         drop(snapshot);
         let lock = self.lock(memory);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-        let mut st = self.store.read(|r| State::load(r, memory, 0.0))?;
+        let mut st = self.take_state(memory, 0.0)?;
         match job.job {
             JobKind::ScoreFacts { .. } => {
                 for (episode, score, yes, fact) in traces {
@@ -395,7 +443,7 @@ impl Engine {
             }
         }
         st.finish_job(job.n);
-        self.store.write(|w| st.save(w))?;
+        self.save_and_keep(st)?;
         Ok(true)
     }
 
@@ -556,11 +604,12 @@ impl Engine {
         let ceiling = measure.budget.ceiling;
         let mut total = measure.budget.fixed + measure.view;
         if total > ceiling {
+            let act = activation::of_episodes(st.episodes.len(), &st.traces, st.memory.updated_at);
             let mut candidates: Vec<&Episode> =
                 st.episodes.iter().filter(|e| matches!(e.state, EpisodeState::Live | EpisodeState::Leaving)).collect();
             candidates.sort_by(|a, b| {
                 let leaving = |e: &Episode| e.state == EpisodeState::Leaving;
-                leaving(a).cmp(&leaving(b)).then(episode_activation(st, a).total_cmp(&episode_activation(st, b)))
+                leaving(a).cmp(&leaving(b)).then(act[a.n as usize].total_cmp(&act[b.n as usize]))
             });
             for e in candidates {
                 if total <= ceiling {
@@ -608,7 +657,7 @@ impl Engine {
         let parsed = formats::parse_response(&args.response)?;
         let lock = self.lock(&args.memory);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-        let mut st = self.store.read(|r| State::load(r, &args.memory, now))?;
+        let mut st = self.take_state(&args.memory, now)?;
         let tool = self.config.note_tool.clone();
         let (response, removed) = formats::remove_tool_calls(&args.response, &tool);
         let mut notes = Vec::new();
@@ -646,8 +695,9 @@ impl Engine {
         let again = !removed.is_empty()
             && !reparsed.has_content()
             && reparsed.messages.iter().all(|m| m.tool_calls.is_empty());
-        self.store.write(|w| st.save(w))?;
-        if st.has_new_jobs() {
+        let queued = st.has_new_jobs();
+        self.save_and_keep(st)?;
+        if queued {
             self.notify_lane(&args.memory);
         }
         Ok(ReportReply { response, again })
@@ -722,10 +772,6 @@ fn in_view(st: &State, m: &StoredMessage) -> bool {
     st.episode_of(m.seq).is_none_or(|e| matches!(e.state, EpisodeState::Live | EpisodeState::Leaving))
 }
 
-fn episode_activation(st: &State, e: &Episode) -> f64 {
-    activation::activation(st.traces.iter().filter(|t| t.episode == e.n), st.memory.updated_at)
-}
-
 /// Acknowledged leaving episodes whose last turn is over seal: out of view, facts in the block.
 fn seal_acknowledged(st: &mut State, now: f64) {
     let turn = st.memory.turn;
@@ -745,11 +791,12 @@ fn seal_acknowledged(st: &mut State, now: f64) {
 /// Fades to the landing: least active first until the projected view reaches it. A live
 /// episode starts leaving (or seals at once when its facts exist); a sealed one is forgotten.
 fn fade(st: &mut State, landing: u64, view: u64, now: f64, ratio: Option<f64>) -> bool {
+    let act = activation::of_episodes(st.episodes.len(), &st.traces, now);
     let mut order: Vec<(u64, f64)> = st
         .episodes
         .iter()
         .filter(|e| matches!(e.state, EpisodeState::Live | EpisodeState::Sealed))
-        .map(|e| (e.n, activation::activation(st.traces.iter().filter(|t| t.episode == e.n), now)))
+        .map(|e| (e.n, act[e.n as usize]))
         .collect();
     order.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
     let mut projected = view;

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use super::records::{Episode, EpisodeState, Fact, Job, JobKind, MemoryRecord, StoredMessage, Trace, TraceKind};
 use crate::store::{keys, Reader, StoreError, Table, Writer};
 
+#[derive(Clone)]
 pub struct State {
     pub memory: MemoryRecord,
     /// Every stored message, superseded and note calls included, in seq order.
@@ -21,6 +22,8 @@ pub struct State {
     new_traces: usize,
     new_jobs: Vec<Job>,
     done_jobs: Vec<u64>,
+    /// Traces per episode, for numbering new ones without a scan.
+    trace_counts: std::collections::HashMap<u64, u64>,
 }
 
 impl State {
@@ -28,12 +31,17 @@ impl State {
         let record = r.get::<MemoryRecord>(Table::Memories, &keys::memory(memory))?;
         let existed = record.is_some();
         let prefix = keys::memory_prefix(memory);
+        let traces: Vec<Trace> = r.scan(Table::Traces, &prefix)?;
+        let mut trace_counts = std::collections::HashMap::new();
+        for t in &traces {
+            *trace_counts.entry(t.episode).or_insert(0) += 1;
+        }
         Ok(State {
             memory: record.unwrap_or_else(|| MemoryRecord::new(memory, now)),
             messages: r.scan(Table::Messages, &prefix)?,
             episodes: r.scan(Table::Episodes, &prefix)?,
             facts: r.scan(Table::Facts, &prefix)?,
-            traces: r.scan(Table::Traces, &prefix)?,
+            traces,
             existed,
             dirty_messages: BTreeSet::new(),
             dirty_episodes: BTreeSet::new(),
@@ -41,6 +49,7 @@ impl State {
             new_traces: 0,
             new_jobs: Vec::new(),
             done_jobs: Vec::new(),
+            trace_counts,
         })
     }
 
@@ -66,6 +75,18 @@ impl State {
             w.delete(Table::Jobs, &keys::seq(id, *n))?;
         }
         w.put(Table::Memories, &keys::memory(id), &self.memory)
+    }
+
+    /// After a successful save: nothing is pending any more, so the state can be kept and
+    /// reused by the next op (it equals what the store holds).
+    pub fn mark_saved(&mut self) {
+        self.dirty_messages.clear();
+        self.dirty_episodes.clear();
+        self.new_facts = 0;
+        self.new_traces = 0;
+        self.new_jobs.clear();
+        self.done_jobs.clear();
+        self.existed = true;
     }
 
     /// Queues background work; it is saved with everything else.
@@ -135,7 +156,9 @@ impl State {
     }
 
     pub fn push_trace(&mut self, episode: u64, kind: TraceKind, at: f64, score: f64, counted: bool, fact: Option<u64>) {
-        let n = self.traces.iter().filter(|t| t.episode == episode).count() as u64;
+        let count = self.trace_counts.entry(episode).or_insert(0);
+        let n = *count;
+        *count += 1;
         self.traces.push(Trace { episode, n, kind, at, score, counted, fact });
         self.new_traces += 1;
     }

@@ -1,0 +1,69 @@
+//! The engine keeps recently used memories' states between ops. That cache must be invisible:
+//! the same conversation run through one long-lived engine and through a new engine for every
+//! op (always loading from the store) stores exactly the same thing and returns the same
+//! requests.
+
+use std::sync::Arc;
+
+use recalld::engine::{Engine, EngineConfig};
+use recalld::store::{Store, StoreOptions};
+use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
+use serde_json::{json, Value};
+
+fn run(fresh_engine_per_op: bool) -> (Vec<Value>, Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
+    let config = EngineConfig { max_episode_tokens: 200, ..EngineConfig::default() };
+    let shared = Engine::new(store.clone(), None, config.clone());
+    let fresh = || Engine::new(store.clone(), None, config.clone());
+    let mut requests = Vec::new();
+    let mut history = vec![json!({"role": "system", "content": "You are terse."})];
+    let mut now = 1_700_000_000.0;
+    for turn in 0..14 {
+        history.push(json!({"role": "user", "content": format!("Turn {turn}: check order #{turn}00 and tell me its shipping status, carrier and tracking number please.")}));
+        let e_decorate = if fresh_engine_per_op { fresh() } else { Engine::new(store.clone(), None, config.clone()) };
+        let engine = if fresh_engine_per_op { &e_decorate } else { &shared };
+        let out = engine
+            .decorate(DecorateArgs {
+                memory: "c".into(),
+                request: json!({"model": "gpt-4o", "messages": history}),
+                now: Some(now),
+                dry_run: false,
+                ceiling: Some(900),
+                agent: None,
+                user: None,
+                history: HistoryMode::Full,
+            })
+            .unwrap();
+        let asked = out.info["note_ask"] == true;
+        requests.push(out.request);
+        now += 20.0;
+        let mut calls = vec![json!({"id": format!("t{turn}"), "type": "function", "function": {"name": "lookup", "arguments": format!("{{\"order\":{turn}00}}")}})];
+        if asked {
+            calls.push(json!({"id": format!("n{turn}"), "type": "function", "function": {"name": "note",
+                "arguments": json!({"notes": [{"note": format!("Order #{turn}00 was looked up."), "subject": "user", "object": format!("order #{turn}00"), "milestone": false}]}).to_string()}}));
+        }
+        let reply = json!({"id": "r", "object": "chat.completion", "model": "gpt-4o",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null, "tool_calls": calls}}],
+            "usage": {"prompt_tokens": 800, "completion_tokens": 20, "total_tokens": 820}});
+        let e_report = fresh();
+        let engine = if fresh_engine_per_op { &e_report } else { &shared };
+        let r = engine.report(ReportArgs { memory: "c".into(), response: reply, now: Some(now) }).unwrap();
+        while engine.run_next_job("c").unwrap() {}
+        history.push(r.response["choices"][0]["message"].clone());
+        history.push(json!({"role": "tool", "tool_call_id": format!("t{turn}"), "content": format!("order #{turn}00: shipped with DHL, tracking JD0146{turn:04}")}));
+        now += 20.0;
+    }
+    let export = fresh().export("c").unwrap();
+    (requests, export)
+}
+
+#[test]
+fn cached_states_behave_exactly_like_states_loaded_from_the_store() {
+    let (cached_requests, cached_export) = run(false);
+    let (fresh_requests, fresh_export) = run(true);
+    assert_eq!(cached_requests, fresh_requests);
+    assert_eq!(cached_export, fresh_export);
+    let states: Vec<&str> = cached_export["episodes"].as_array().unwrap().iter().map(|e| e["state"].as_str().unwrap()).collect();
+    assert!(states.contains(&"sealed") || states.contains(&"forgotten"), "the script reaches sealing: {states:?}");
+}
