@@ -257,3 +257,31 @@ fn instructions_are_kept_with_every_version_in_export() {
     assert_eq!(versions[0]["raw"][0]["content"], "v1");
     assert_eq!(versions[1]["raw"][0]["content"], "v2");
 }
+
+#[test]
+fn the_providers_token_count_corrects_our_estimate_and_implausible_ones_are_ignored() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    let mut history = vec![json!({"role": "user", "content": "Summarise the quarterly numbers for the board, please."})];
+    let reply_with = |prompt_tokens: u64, text: &str| {
+        json!({"id": "r", "object": "chat.completion", "model": "gpt-4o",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 5, "total_tokens": prompt_tokens + 5}})
+    };
+    let out = c.call("decorate", json!({"memory": "ratio", "request": chat(json!(history))})).unwrap();
+    assert!(out["info"]["ratio"].is_null(), "no ratio before any reply");
+    let estimate = out["info"]["request_tokens"].as_u64().unwrap();
+    let ours = (estimate as f64 * 1.25).round() as u64;
+    c.call("report", json!({"memory": "ratio", "response": reply_with(ours, "Revenue grew 4%.")})).unwrap();
+    history.push(json!({"role": "assistant", "content": "Revenue grew 4%."}));
+    history.push(json!({"role": "user", "content": "And costs?"}));
+    let out = c.call("decorate", json!({"memory": "ratio", "request": chat(json!(history))})).unwrap();
+    let ratio = out["info"]["ratio"].as_f64().unwrap();
+    assert!((ratio - ours as f64 / estimate as f64).abs() < 1e-9, "ratio {ratio}");
+    // A reply whose count is far off (e.g. reported out of order) is not learned from.
+    c.call("report", json!({"memory": "ratio", "response": reply_with(out["info"]["request_tokens"].as_u64().unwrap() * 10, "Flat.")})).unwrap();
+    history.push(json!({"role": "assistant", "content": "Flat."}));
+    history.push(json!({"role": "user", "content": "Thanks."}));
+    let out = c.call("decorate", json!({"memory": "ratio", "request": chat(json!(history))})).unwrap();
+    assert_eq!(out["info"]["ratio"].as_f64().unwrap(), ratio);
+}
