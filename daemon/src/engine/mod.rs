@@ -256,6 +256,8 @@ impl Engine {
             }
         }
 
+        st.memory.last_budget = Some(measure.budget.history);
+
         // 5. Assemble.
         let assembled = self.assemble(&st, &parsed, ratio, &measure);
         st.memory.last_estimate = parsed.model.clone().map(|model| records::Estimate { model, tokens: assembled.tokens });
@@ -438,8 +440,8 @@ impl Engine {
                 }
             }
             JobKind::Cut => {
-                let ceiling = st.memory.ceiling.unwrap_or(self.config.ceiling);
-                self.cut(&mut st, ceiling, false);
+                let budget = self.cut_budget(&st);
+                self.cut(&mut st, budget, false);
             }
         }
         st.finish_job(job.n);
@@ -477,7 +479,9 @@ impl Engine {
         }
         let units = units::units(&closed);
         let sizes: Vec<u64> = units.iter().map(|u| closed[u.start..u.end].iter().map(|m| m.tokens as u64).sum()).collect();
+        let started = std::time::Instant::now();
         let rank = self.boundary_rank(st, &closed, &units);
+        tracing::debug!(units = units.len(), micros = started.elapsed().as_micros() as u64, "boundaries judged");
         let cuts = units::cut_points(&sizes, &rank, max, min);
         let mut bounds = vec![0];
         bounds.extend(cuts);
@@ -506,6 +510,11 @@ impl Engine {
         }
     }
 
+    /// The history budget background cuts go by: the last decorate's, else the ceiling.
+    fn cut_budget(&self, st: &State) -> u64 {
+        st.memory.last_budget.unwrap_or_else(|| st.memory.ceiling.unwrap_or(self.config.ceiling))
+    }
+
     fn max_episode(&self, history_budget: u64) -> u64 {
         self.config.max_episode_tokens.min(history_budget / 8).max(64)
     }
@@ -525,9 +534,14 @@ impl Engine {
         if units.len() < 2 {
             return flat;
         }
+        // The head of each unit stands for it: the built-in judge's cost grows with text length
+        // (attention is quadratic), and a unit's opening says what it is about.
         let texts: Vec<String> = units
             .iter()
-            .map(|u| closed[u.start..u.end].iter().map(|m| truncate(&m.message.text, 1_000)).collect::<Vec<_>>().join("\n"))
+            .map(|u| {
+                let joined = closed[u.start..u.end].iter().map(|m| truncate(&m.message.text, 400)).collect::<Vec<_>>().join("\n");
+                truncate(&joined, UNIT_TEXT_CHARS)
+            })
             .collect();
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         match models.judge.boundaries(&CallCtx { memory: &st.memory.id }, &refs) {
@@ -685,9 +699,9 @@ impl Engine {
             }
         }
         st.memory.last_estimate = None;
-        // Cut once enough closed history has built up: in the background lane.
-        let ceiling = st.memory.ceiling.unwrap_or(self.config.ceiling);
-        if self.cut_ready(&st, ceiling) {
+        // Cut once enough closed history has built up: in the background lane, sized by the
+        // budget the last decorate measured, so decorate rarely has to cut inline.
+        if self.cut_ready(&st, self.cut_budget(&st)) {
             st.push_job(JobKind::Cut, now);
         }
         st.memory.updated_at = now;
@@ -826,9 +840,12 @@ fn episode_passages(st: &State, n: u64) -> Vec<String> {
     st.history()
         .filter(|m| m.seq >= e.first_seq && m.seq <= e.last_seq && !m.message.text.is_empty())
         .take(16)
-        .map(|m| truncate(&m.message.text, 1_000))
+        .map(|m| truncate(&m.message.text, UNIT_TEXT_CHARS))
         .collect()
 }
+
+/// How much of a unit (or passage) the judge reads.
+const UNIT_TEXT_CHARS: usize = 600;
 
 fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {

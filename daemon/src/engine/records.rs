@@ -41,6 +41,9 @@ pub struct MemoryRecord {
     pub last_estimate: Option<Estimate>,
     #[serde(default)]
     pub next_job: u64,
+    /// The history budget of the last decorate: background cuts size episodes by it.
+    #[serde(default)]
+    pub last_budget: Option<u64>,
     /// The instructions of the latest request (system/developer messages or the Responses
     /// `instructions` field), as sent; earlier versions are kept when they change.
     #[serde(default)]
@@ -78,6 +81,7 @@ impl MemoryRecord {
             ratios: BTreeMap::new(),
             last_estimate: None,
             next_job: 0,
+            last_budget: None,
             instructions: Vec::new(),
         }
     }
