@@ -766,7 +766,7 @@ fn remember_instructions(st: &mut State, instructions: &[Message], now: f64) {
     if instructions.is_empty() {
         return;
     }
-    let fingerprint = instructions.iter().fold(0u64, |h, m| h.rotate_left(7) ^ m.fingerprint());
+    let fingerprint = format!("{:016x}", instructions.iter().fold(0u64, |h, m| h.rotate_left(7) ^ m.fingerprint()));
     if st.memory.instructions.last().is_some_and(|i| i.fingerprint == fingerprint) {
         return;
     }

@@ -54,7 +54,8 @@ pub struct MemoryRecord {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Instructions {
     pub since: f64,
-    pub fingerprint: u64,
+    /// Hex, so every client reads it exactly (JavaScript numbers stop at 2^53).
+    pub fingerprint: String,
     pub raw: Vec<Value>,
 }
 
