@@ -98,6 +98,26 @@ pub struct Engine {
     /// Loaded states of recently used memories, equal to what the store holds: every op that
     /// writes a memory saves through its state under the memory's lock, then puts it back.
     cache: Mutex<StateCache>,
+    note_costs: NoteCosts,
+}
+
+/// Token costs of the note ask and the note tool, counted once (they are reserved on every
+/// decorate).
+struct NoteCosts {
+    ask: u64,
+    tool_chat: u64,
+    tool_responses: u64,
+}
+
+impl NoteCosts {
+    fn new(tool: &str) -> NoteCosts {
+        let count = |format| tokens::text_tokens(&formats::note_tool(format, tool).to_string()) as u64;
+        NoteCosts {
+            ask: tokens::text_tokens(&blocks::note_ask(1, 1, tool)) as u64 + 4,
+            tool_chat: count(Format::ChatCompletions),
+            tool_responses: count(Format::Responses),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -128,7 +148,16 @@ impl Engine {
     /// `models` is None only where a judge is not wanted (tests of the mechanism alone); then
     /// cuts go by size and facts are not scored against episodes.
     pub fn new(store: Arc<Store>, models: Option<Models>, config: EngineConfig) -> Engine {
-        Engine { store, models, config, locks: Mutex::new(HashMap::new()), notify: Mutex::new(None), cache: Mutex::default() }
+        let note_costs = NoteCosts::new(&config.note_tool);
+        Engine {
+            store,
+            models,
+            config,
+            locks: Mutex::new(HashMap::new()),
+            notify: Mutex::new(None),
+            cache: Mutex::default(),
+            note_costs,
+        }
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -564,10 +593,14 @@ impl Engine {
         fixed += facts_text.as_deref().map_or(0, |t| tokens::text_tokens(t) as u64 + 4);
         // The note ask and the note tool are reserved even before any ask is out: the fade that
         // starts an episode leaving adds them, and that request must still fit.
-        let ask = ask_text.unwrap_or_else(|| blocks::note_ask(1, 1, &self.config.note_tool));
-        fixed += tokens::text_tokens(&ask) as u64 + 4;
-        let tool = formats::note_tool(parsed.format, &self.config.note_tool).to_string();
-        fixed += tokens::text_tokens(&tool) as u64;
+        fixed += match &ask_text {
+            Some(ask) => tokens::text_tokens(ask) as u64 + 4,
+            None => self.note_costs.ask,
+        };
+        fixed += match parsed.format {
+            Format::ChatCompletions => self.note_costs.tool_chat,
+            Format::Responses => self.note_costs.tool_responses,
+        };
         let fixed = tokens::corrected(fixed, ratio);
         let history: Vec<&StoredMessage> = st.history().collect();
         let current = st.memory.turn;
