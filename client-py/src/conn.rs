@@ -49,16 +49,14 @@ impl Stream {
         let id = self.next_id;
         let body = encode_request(&Request { id, op, args });
         let mut out = BytesMut::new();
-        encode_frame(&body, self.decoder.max_frame_bytes(), &mut out)
-            .map_err(|e| CallError::Local(e.to_string()))?;
+        encode_frame(&body, self.decoder.max_frame_bytes(), &mut out).map_err(|e| CallError::Local(e.to_string()))?;
         self.sock
             .write_all(&out)
             .map_err(|e| CallError::Connection(format!("cannot write to the daemon: {e}")))?;
         loop {
             let body = self.read_frame()?;
-            let reply: Value = rmp_serde::from_slice(&body).map_err(|e| {
-                CallError::Connection(format!("the daemon sent an undecodable reply: {e}"))
-            })?;
+            let reply: Value = rmp_serde::from_slice(&body)
+                .map_err(|e| CallError::Connection(format!("the daemon sent an undecodable reply: {e}")))?;
             let Value::Object(mut reply) = reply else {
                 return Err(CallError::Connection(
                     "the daemon sent a reply that is not a map".into(),
@@ -70,9 +68,7 @@ impl Stream {
             }
             // Read leniently: an error code this build does not know still reaches the caller.
             return match reply.remove("err") {
-                Some(err) if !err.is_null() => {
-                    Err(CallError::Remote(errors::WireError::from_value(err)))
-                }
+                Some(err) if !err.is_null() => Err(CallError::Remote(errors::WireError::from_value(err))),
                 _ => Ok(reply.remove("ok").unwrap_or(Value::Null)),
             };
         }
@@ -95,23 +91,13 @@ impl Stream {
             let got = self.sock.read(&mut self.buf[start..]);
             self.buf.truncate(start + *got.as_ref().unwrap_or(&0));
             match got {
-                Ok(0) => {
-                    return Err(CallError::Connection(
-                        "the daemon closed the connection".into(),
-                    ))
-                }
+                Ok(0) => return Err(CallError::Connection("the daemon closed the connection".into())),
                 Ok(_) => {}
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                    return Err(CallError::Timeout(
-                        "no reply from the daemon within the timeout".into(),
-                    ))
+                    return Err(CallError::Timeout("no reply from the daemon within the timeout".into()))
                 }
-                Err(e) => {
-                    return Err(CallError::Connection(format!(
-                        "cannot read from the daemon: {e}"
-                    )))
-                }
+                Err(e) => return Err(CallError::Connection(format!("cannot read from the daemon: {e}"))),
             }
         }
     }
@@ -148,9 +134,8 @@ impl Connection {
             sock.set_write_timeout(timeout)?;
             Ok(sock)
         });
-        let sock = result.map_err(|e| {
-            errors::connection_error(py, format!("cannot connect to {}: {e}", path.display()))
-        })?;
+        let sock =
+            result.map_err(|e| errors::connection_error(py, format!("cannot connect to {}: {e}", path.display())))?;
         Ok(Connection {
             path,
             stream: Mutex::new(Some(Stream {
@@ -164,12 +149,7 @@ impl Connection {
 
     /// Sends `op` with `args` and returns the reply's `ok` value; raises `RecalldError`.
     #[pyo3(signature = (op, args = None))]
-    fn call<'py>(
-        &self,
-        py: Python<'py>,
-        op: String,
-        args: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    fn call<'py>(&self, py: Python<'py>, op: String, args: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
         let args = match args {
             None => Map::new(),
             Some(a) if a.is_none() => Map::new(),
@@ -221,9 +201,6 @@ impl Connection {
 
     fn __repr__(&self) -> String {
         let state = if self.closed() { "closed" } else { "open" };
-        format!(
-            "<recalld._native.Connection {} {state}>",
-            self.path.display()
-        )
+        format!("<recalld._native.Connection {} {state}>", self.path.display())
     }
 }

@@ -60,11 +60,9 @@ fn to_value_at(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     }
     if let Ok(f) = obj.cast::<PyFloat>() {
         let v = f.value();
-        return Number::from_f64(v).map(Value::Number).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "float {v} cannot be sent (nan and inf are not allowed)"
-            ))
-        });
+        return Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| PyValueError::new_err(format!("float {v} cannot be sent (nan and inf are not allowed)")));
     }
     if let Ok(list) = obj.cast::<PyList>() {
         let mut out = Vec::with_capacity(list.len());

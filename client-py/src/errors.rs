@@ -17,10 +17,7 @@ impl WireError {
     pub fn from_value(value: Value) -> WireError {
         let field = |k: &str| value.get(k);
         WireError {
-            code: field("code")
-                .and_then(Value::as_str)
-                .unwrap_or("internal")
-                .to_owned(),
+            code: field("code").and_then(Value::as_str).unwrap_or("internal").to_owned(),
             message: match field("message") {
                 Some(Value::String(s)) => s.clone(),
                 Some(other) => other.to_string(),
@@ -53,9 +50,7 @@ pub fn from_wire(py: Python<'_>, err: WireError) -> PyErr {
         message,
         retryable,
     } = err;
-    build(py, "error_from_wire", move |_, f| {
-        f.call1((code, message, retryable))
-    })
+    build(py, "error_from_wire", move |_, f| f.call1((code, message, retryable)))
 }
 
 /// `RecalldConnectionError` (code `unavailable`).
@@ -65,7 +60,5 @@ pub fn connection_error(py: Python<'_>, message: String) -> PyErr {
 
 /// `RecalldTimeoutError` (code `timeout`).
 pub fn timeout_error(py: Python<'_>, message: String) -> PyErr {
-    build(py, "error_from_wire", move |_, f| {
-        f.call1(("timeout", message, true))
-    })
+    build(py, "error_from_wire", move |_, f| f.call1(("timeout", message, true)))
 }

@@ -14,16 +14,15 @@ use pyo3::types::PyBytes;
 #[pyfunction]
 fn encode<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
     let value = convert::to_value(obj)?;
-    let bytes = rmp_serde::to_vec_named(&value)
-        .map_err(|e| PyValueError::new_err(format!("cannot encode: {e}")))?;
+    let bytes = rmp_serde::to_vec_named(&value).map_err(|e| PyValueError::new_err(format!("cannot encode: {e}")))?;
     Ok(PyBytes::new(py, &bytes))
 }
 
 /// Decodes one MessagePack value (as `encode` writes it) to Python objects.
 #[pyfunction]
 fn decode<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyAny>> {
-    let value: serde_json::Value = rmp_serde::from_slice(data)
-        .map_err(|e| PyValueError::new_err(format!("cannot decode: {e}")))?;
+    let value: serde_json::Value =
+        rmp_serde::from_slice(data).map_err(|e| PyValueError::new_err(format!("cannot decode: {e}")))?;
     convert::to_py(py, &value)
 }
 
@@ -31,10 +30,7 @@ fn decode<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyAny>> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("PROTOCOL_VERSION", recalld_protocol::PROTOCOL_VERSION)?;
-    m.add(
-        "MIN_PROTOCOL_VERSION",
-        recalld_protocol::MIN_PROTOCOL_VERSION,
-    )?;
+    m.add("MIN_PROTOCOL_VERSION", recalld_protocol::MIN_PROTOCOL_VERSION)?;
     m.add("MAX_FRAME_BYTES", recalld_protocol::DEFAULT_MAX_FRAME_BYTES)?;
     m.add("MAX_MEMORY_ID_BYTES", recalld_protocol::MAX_MEMORY_ID_BYTES)?;
     m.add_class::<conn::Connection>()?;

@@ -13,7 +13,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use recalld::models::{boundary_scores, cosine, CallCtx, Embedder, Judge, MiniLm, Relation, RulesJudge, Thresholds, Usage};
+use recalld::models::{
+    boundary_scores, cosine, CallCtx, Embedder, Judge, MiniLm, Relation, RulesJudge, Thresholds, Usage,
+};
 use serde_json::Value;
 
 const CTX: CallCtx<'static> = CallCtx::new("bench");
@@ -42,7 +44,10 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("calibrate") => {
-            let path = args.get(1).map(PathBuf::from).unwrap_or_else(|| repo().join("../shared/bench/locomo-dev.json"));
+            let path = args
+                .get(1)
+                .map(PathBuf::from)
+                .unwrap_or_else(|| repo().join("../shared/bench/locomo-dev.json"));
             calibrate(&path);
         }
         None | Some("bench") => bench(),
@@ -60,9 +65,13 @@ fn bench() {
     let t = Instant::now();
     let m = load();
     println!("load: {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
-    let sentence = "The quick brown fox jumped over the lazy dog while the farmer watched quietly from the porch of his barn.";
+    let sentence =
+        "The quick brown fox jumped over the lazy dog while the farmer watched quietly from the porch of his barn.";
     assert_eq!(sentence.split_whitespace().count(), 20);
-    println!("threads: {}", std::thread::available_parallelism().map_or(1, |n| n.get()));
+    println!(
+        "threads: {}",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
 
     for _ in 0..5 {
         m.embed(&CTX, &[sentence]).unwrap();
@@ -90,7 +99,12 @@ fn bench() {
         .split_whitespace()
         .collect();
     let batch: Vec<String> = (0..64)
-        .map(|i| (0..8 + (i * 7) % 33).map(|j| words[(i * 13 + j * 5) % words.len()]).collect::<Vec<_>>().join(" "))
+        .map(|i| {
+            (0..8 + (i * 7) % 33)
+                .map(|j| words[(i * 13 + j * 5) % words.len()])
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
         .collect();
     let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
     m.embed(&CTX, &refs).unwrap();
@@ -166,7 +180,9 @@ fn read_locomo(path: &PathBuf) -> Vec<Conv> {
         let c = &sample["conversation"];
         let mut sessions = BTreeMap::new();
         for (k, v) in c.as_object().unwrap() {
-            let Some(n) = k.strip_prefix("session_").and_then(|n| n.parse::<u32>().ok()) else { continue };
+            let Some(n) = k.strip_prefix("session_").and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
             let Some(turns) = v.as_array() else { continue };
             let turns: Vec<Turn> = turns
                 .iter()
@@ -176,7 +192,10 @@ fn read_locomo(path: &PathBuf) -> Vec<Conv> {
                     if let Some(cap) = t["blip_caption"].as_str() {
                         text = format!("{text} [shares {cap}]");
                     }
-                    Some(Turn { id, text: format!("{}: {}", t["speaker"].as_str().unwrap_or("?"), text.trim()) })
+                    Some(Turn {
+                        id,
+                        text: format!("{}: {}", t["speaker"].as_str().unwrap_or("?"), text.trim()),
+                    })
                 })
                 .collect();
             if !turns.is_empty() {
@@ -185,7 +204,10 @@ fn read_locomo(path: &PathBuf) -> Vec<Conv> {
         }
         let mut facts = Vec::new();
         for (k, v) in sample["observation"].as_object().unwrap() {
-            let Some(n) = k.strip_prefix("session_").and_then(|r| r.strip_suffix("_observation")).and_then(|n| n.parse().ok())
+            let Some(n) = k
+                .strip_prefix("session_")
+                .and_then(|r| r.strip_suffix("_observation"))
+                .and_then(|n| n.parse().ok())
             else {
                 continue;
             };
@@ -252,7 +274,9 @@ fn grid() -> impl Iterator<Item = f32> {
 }
 
 fn best_f1(pairs: &[(f32, bool)]) -> f32 {
-    grid().max_by(|&a, &b| prf(pairs, a).2.total_cmp(&prf(pairs, b).2)).unwrap()
+    grid()
+        .max_by(|&a, &b| prf(pairs, a).2.total_cmp(&prf(pairs, b).2))
+        .unwrap()
 }
 
 /// F-beta with beta = 2 (recall weighs twice as much as precision).
@@ -308,7 +332,10 @@ struct Precomputed(HashMap<String, Vec<f32>>);
 
 impl Embedder for Precomputed {
     fn id(&self) -> recalld::models::ModelId {
-        recalld::models::ModelId { name: "precomputed".into(), dim: 384 }
+        recalld::models::ModelId {
+            name: "precomputed".into(),
+            dim: 384,
+        }
     }
     fn embed(&self, _: &CallCtx, texts: &[&str]) -> Result<Vec<Vec<f32>>, recalld::models::ModelError> {
         Ok(texts.iter().map(|t| self.0[*t].clone()).collect())
@@ -346,7 +373,10 @@ fn calibrate(path: &PathBuf) {
     for c in &convs {
         for f in &c.facts {
             for (n, turns) in &c.sessions {
-                let s = turns.iter().map(|t| cosine(v(&f.text), v(&t.text))).fold(-1.0, f32::max);
+                let s = turns
+                    .iter()
+                    .map(|t| cosine(v(&f.text), v(&t.text)))
+                    .fold(-1.0, f32::max);
                 about.push((s, *n == f.session));
             }
         }
@@ -380,7 +410,10 @@ fn calibrate(path: &PathBuf) {
             }
         }
     }
-    println!("\nwalk (question vs its 20 nearest facts; positive = fact from an evidence turn), AUC {:.3}", auc(&walk));
+    println!(
+        "\nwalk (question vs its 20 nearest facts; positive = fact from an evidence turn), AUC {:.3}",
+        auc(&walk)
+    );
     report("related = recall 0.90", &walk, at_recall(&walk, 0.90));
     report("best F1", &walk, best_f1(&walk));
     report("keep = best F2", &walk, best_f2(&walk));
@@ -389,7 +422,10 @@ fn calibrate(path: &PathBuf) {
     report("default keep", &walk, defaults.walk_keep);
     report("default central", &walk, defaults.walk_central);
 
-    println!("\ndistill (question + answer vs the same candidates), AUC {:.3}", auc(&distill));
+    println!(
+        "\ndistill (question + answer vs the same candidates), AUC {:.3}",
+        auc(&distill)
+    );
     report("best F1", &distill, best_f1(&distill));
     report("best F2", &distill, best_f2(&distill));
     report("recall 0.80", &distill, at_recall(&distill, 0.80));
@@ -426,7 +462,9 @@ fn calibrate(path: &PathBuf) {
     }
     near.sort_by(|x, y| y.0.total_cmp(&x.0));
     let judge = RulesJudge::new(
-        Arc::new(Precomputed(refs.iter().map(|t| (t.to_string(), vec_of[t].clone())).collect())),
+        Arc::new(Precomputed(
+            refs.iter().map(|t| (t.to_string(), vec_of[t].clone())).collect(),
+        )),
         defaults.clone(),
         Arc::new(Usage::default()),
     );
@@ -440,7 +478,11 @@ fn calibrate(path: &PathBuf) {
     }
     println!("  rules on the pairs at cosine >= 0.75: {counts:?}");
     let restates = near.iter().filter(|x| x.0 >= defaults.restates).count();
-    println!("\nrelation: {} fact pairs at cosine >= 0.75, {restates} at >= {:.2}; samples:", near.len(), defaults.restates);
+    println!(
+        "\nrelation: {} fact pairs at cosine >= 0.75, {restates} at >= {:.2}; samples:",
+        near.len(),
+        defaults.restates
+    );
     for (s, a, b) in near.iter().step_by((near.len() / 12).max(1)).take(12) {
         println!("  {s:.3}  {a}  |  {b}");
     }

@@ -19,8 +19,26 @@ use recalld::client::Client;
 use serde_json::{json, Value};
 
 const WORDS: &[&str] = &[
-    "flight", "booking", "refund", "seat", "upgrade", "baggage", "Seattle", "certificate", "economy", "passenger",
-    "cancel", "itinerary", "payment", "reservation", "delay", "insurance", "gate", "Dana", "Priya", "invoice",
+    "flight",
+    "booking",
+    "refund",
+    "seat",
+    "upgrade",
+    "baggage",
+    "Seattle",
+    "certificate",
+    "economy",
+    "passenger",
+    "cancel",
+    "itinerary",
+    "payment",
+    "reservation",
+    "delay",
+    "insurance",
+    "gate",
+    "Dana",
+    "Priya",
+    "invoice",
 ];
 
 fn text(i: usize, len: usize) -> String {
@@ -46,20 +64,41 @@ fn main() {
     while let Some(a) = args.next() {
         match a.as_str() {
             "--calls" => calls = args.next().and_then(|v| v.parse().ok()).expect("--calls N"),
-            "--sizes" => sizes = args.next().expect("--sizes a,b,c").split(',').map(|s| s.parse().unwrap()).collect(),
+            "--sizes" => {
+                sizes = args
+                    .next()
+                    .expect("--sizes a,b,c")
+                    .split(',')
+                    .map(|s| s.parse().unwrap())
+                    .collect()
+            }
             other => panic!("unknown argument {other}"),
         }
     }
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let bin = std::env::var_os("RECALLD_BIN").map(PathBuf::from).unwrap_or_else(|| repo.join("target/release/recalld"));
-    assert!(bin.exists(), "{} not found: cargo build --release -p recalld", bin.display());
-    let model = std::env::var_os("RECALLD_MODEL_DIR").map(PathBuf::from).unwrap_or_else(|| repo.join("models/all-MiniLM-L6-v2"));
+    let bin = std::env::var_os("RECALLD_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo.join("target/release/recalld"));
+    assert!(
+        bin.exists(),
+        "{} not found: cargo build --release -p recalld",
+        bin.display()
+    );
+    let model = std::env::var_os("RECALLD_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo.join("models/all-MiniLM-L6-v2"));
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("recalld.sock");
     let cfg = dir.path().join("recalld.toml");
     std::fs::write(&cfg, "[engine]\nmax_episode_tokens = 1000000000\n").unwrap();
     let mut child = Command::new(&bin)
-        .args(["serve", "--config", cfg.to_str().unwrap(), "--socket", socket.to_str().unwrap()])
+        .args([
+            "serve",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--socket",
+            socket.to_str().unwrap(),
+        ])
         .arg("--data")
         .arg(dir.path().join("data"))
         .env("RECALLD_LOG", "warn")
@@ -75,7 +114,10 @@ fn main() {
     }
     let mut c = Client::connect(&socket).unwrap();
     let ceiling = 1_000_000_000u64;
-    println!("binary {}; ceiling {ceiling} (nothing cut or faded); {calls} rounds per size", bin.display());
+    println!(
+        "binary {}; ceiling {ceiling} (nothing cut or faded); {calls} rounds per size",
+        bin.display()
+    );
     println!("| stored messages | fill s | decorate p50 ms | decorate p99 ms | report p50 ms | report p99 ms | request bytes |");
     println!("|---|---|---|---|---|---|---|");
     for &size in &sizes {
@@ -93,8 +135,11 @@ fn main() {
             }
             now += 60.0;
             let r = c
-                .call("decorate", json!({"memory": memory, "history": "delta", "ceiling": ceiling, "now": now,
-                    "request": {"model": "gpt-4o", "messages": batch}}))
+                .call(
+                    "decorate",
+                    json!({"memory": memory, "history": "delta", "ceiling": ceiling, "now": now,
+                    "request": {"model": "gpt-4o", "messages": batch}}),
+                )
                 .unwrap();
             assert_eq!(r["info"]["stored"].as_u64().unwrap() as usize, n, "{}", r["info"]);
             i += n;
@@ -106,14 +151,20 @@ fn main() {
             now += 30.0;
             let req = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": text(size + 2 * k, 200)}]});
             let t = Instant::now();
-            let r = c.call("decorate", json!({"memory": memory, "history": "delta", "now": now, "request": req})).unwrap();
+            let r = c
+                .call(
+                    "decorate",
+                    json!({"memory": memory, "history": "delta", "now": now, "request": req}),
+                )
+                .unwrap();
             dec.push(t.elapsed().as_secs_f64() * 1e3);
             bytes = r["request"].to_string().len();
             let reply = json!({"id": format!("c{k}"), "object": "chat.completion", "model": "gpt-4o",
                 "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text(size + 2 * k + 1, 200)}}],
                 "usage": {"prompt_tokens": r["info"]["request_tokens"], "completion_tokens": 50, "total_tokens": 0}});
             let t = Instant::now();
-            c.call("report", json!({"memory": memory, "now": now + 1.0, "response": reply})).unwrap();
+            c.call("report", json!({"memory": memory, "now": now + 1.0, "response": reply}))
+                .unwrap();
             rep.push(t.elapsed().as_secs_f64() * 1e3);
         }
         println!(

@@ -16,21 +16,48 @@ use serde_json::{json, Value};
 
 fn chat_request_2kb() -> Value {
     let turns = [
-        ("user", "We are moving the pricing page to the new design system. What changes first?"),
-        ("assistant", "Start with the table component: swap the grid for the new data table, then the plan cards."),
-        ("user", "The checkout team wants the annual toggle to default to yearly billing. Is that fine?"),
-        ("assistant", "Yes, if the monthly price stays visible and the saving is shown as a percentage."),
-        ("user", "Dana owns checkout; Priya owns the design tokens. Who should review the toggle?"),
-        ("assistant", "Both: Dana for the billing logic and Priya for the tokens used by the toggle states."),
-        ("user", "Write a short summary of the decisions so far for the channel, three bullet points at most."),
+        (
+            "user",
+            "We are moving the pricing page to the new design system. What changes first?",
+        ),
+        (
+            "assistant",
+            "Start with the table component: swap the grid for the new data table, then the plan cards.",
+        ),
+        (
+            "user",
+            "The checkout team wants the annual toggle to default to yearly billing. Is that fine?",
+        ),
+        (
+            "assistant",
+            "Yes, if the monthly price stays visible and the saving is shown as a percentage.",
+        ),
+        (
+            "user",
+            "Dana owns checkout; Priya owns the design tokens. Who should review the toggle?",
+        ),
+        (
+            "assistant",
+            "Both: Dana for the billing logic and Priya for the tokens used by the toggle states.",
+        ),
+        (
+            "user",
+            "Write a short summary of the decisions so far for the channel, three bullet points at most.",
+        ),
     ];
-    let mut messages = vec![json!({"role": "system", "content": "You help the web team ship the pricing page. Be brief and concrete."})];
+    let mut messages = vec![
+        json!({"role": "system", "content": "You help the web team ship the pricing page. Be brief and concrete."}),
+    ];
     messages.extend(turns.iter().map(|(r, c)| json!({"role": r, "content": c})));
     let mut req = json!({"model": "gpt-4o-mini", "temperature": 0.3, "messages": messages});
     let size = req.to_string().len();
     if size < 2048 {
         let pad = 2048 - size;
-        let filler: String = "pricing table, plan cards, toggle. ".repeat(pad / 35 + 1).chars().take(pad).collect();
+        let filler: String = "pricing table, plan cards, toggle. "
+            .repeat(pad / 35 + 1)
+            .chars()
+            .take(pad)
+            .collect();
         let last = req["messages"].as_array_mut().unwrap().last_mut().unwrap();
         let text = format!("{} Context: {}", last["content"].as_str().unwrap(), filler);
         last["content"] = json!(text);
@@ -76,7 +103,10 @@ fn pipelined(socket: &PathBuf, name: &str, op: &str, args: &Value, n: usize, in_
         }
     }
     let s = t.elapsed().as_secs_f64();
-    println!("{}", json!({"client": "rust", "bench": name, "calls": n, "in_flight": in_flight, "connections": 1, "seconds": (s * 1000.0).round() / 1000.0, "calls_per_s": (n as f64 / s).round()}));
+    println!(
+        "{}",
+        json!({"client": "rust", "bench": name, "calls": n, "in_flight": in_flight, "connections": 1, "seconds": (s * 1000.0).round() / 1000.0, "calls_per_s": (n as f64 / s).round()})
+    );
 }
 
 /// `conns` connections, one request in flight each, `n` calls in all.
@@ -94,7 +124,10 @@ fn connections(socket: &PathBuf, name: &str, op: &str, args: &Value, n: usize, c
         }
     });
     let s = t.elapsed().as_secs_f64();
-    println!("{}", json!({"client": "rust", "bench": name, "calls": n, "in_flight": conns, "connections": conns, "seconds": (s * 1000.0).round() / 1000.0, "calls_per_s": (n as f64 / s).round()}));
+    println!(
+        "{}",
+        json!({"client": "rust", "bench": name, "calls": n, "in_flight": conns, "connections": conns, "seconds": (s * 1000.0).round() / 1000.0, "calls_per_s": (n as f64 / s).round()})
+    );
 }
 
 fn main() {
@@ -106,7 +139,12 @@ fn main() {
         match a.as_str() {
             "--socket" => socket = args.next().map(PathBuf::from),
             "-n" | "--calls" => n = args.next().and_then(|v| v.parse().ok()).expect("-n takes a number"),
-            "--in-flight" => in_flight = args.next().and_then(|v| v.parse().ok()).expect("--in-flight takes a number"),
+            "--in-flight" => {
+                in_flight = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--in-flight takes a number")
+            }
             other => panic!("unknown argument {other}; usage: latency --socket PATH [-n N] [--in-flight K]"),
         }
     }
@@ -118,7 +156,12 @@ fn main() {
     let req = chat_request_2kb();
     let size = req.to_string().len();
     let dec = json!({"memory": "bench-rust", "request": req, "dry_run": true});
-    sequential("decorate_dry_run", n, || drop(c.call("decorate", dec.clone()).unwrap()), json!({"request_bytes": size}));
+    sequential(
+        "decorate_dry_run",
+        n,
+        || drop(c.call("decorate", dec.clone()).unwrap()),
+        json!({"request_bytes": size}),
+    );
     pipelined(&socket, "ping_pipelined", "ping", &json!({}), n, in_flight);
     connections(&socket, "ping_connections", "ping", &json!({}), n, in_flight);
     pipelined(&socket, "decorate_dry_run_pipelined", "decorate", &dec, n, in_flight);

@@ -41,7 +41,12 @@ impl Client {
     pub fn connect(path: &Path) -> Result<Client, ClientError> {
         let stream = UnixStream::connect(path)?;
         stream.set_read_timeout(Some(Duration::from_secs(60)))?;
-        Ok(Client { stream, decoder: FrameDecoder::new(usize::MAX), buf: BytesMut::new(), next_id: 1 })
+        Ok(Client {
+            stream,
+            decoder: FrameDecoder::new(usize::MAX),
+            buf: BytesMut::new(),
+            next_id: 1,
+        })
     }
 
     /// Sends a request without waiting; returns its id.
@@ -53,7 +58,11 @@ impl Client {
             Value::Null => Map::new(),
             other => return Err(ClientError::BadReply(format!("args must be a map, got {other}"))),
         };
-        let body = encode_request(&Request { id, op: op.into(), args });
+        let body = encode_request(&Request {
+            id,
+            op: op.into(),
+            args,
+        });
         self.send_raw_body(&body)?;
         Ok(id)
     }
@@ -75,7 +84,9 @@ impl Client {
     pub fn recv(&mut self) -> Result<Reply, ClientError> {
         loop {
             if let Some(frame) = self.decoder.decode(&mut self.buf) {
-                let Frame::Body(body) = frame else { unreachable!("no limit on the client side") };
+                let Frame::Body(body) = frame else {
+                    unreachable!("no limit on the client side")
+                };
                 return decode_reply(&body).map_err(|e| ClientError::BadReply(e.to_string()));
             }
             let mut chunk = [0u8; 64 * 1024];

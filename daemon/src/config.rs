@@ -86,7 +86,10 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
 
 impl Settings {
     pub fn resolve(over: &Overrides, env: &dyn Env) -> Result<Settings, ConfigError> {
-        let file_path = over.config.clone().or_else(|| env.var("RECALLD_CONFIG").map(PathBuf::from));
+        let file_path = over
+            .config
+            .clone()
+            .or_else(|| env.var("RECALLD_CONFIG").map(PathBuf::from));
         let file = match &file_path {
             Some(path) => load_file(path)?,
             None => FileConfig::default(),
@@ -97,7 +100,12 @@ impl Settings {
             .or_else(|| env.var("RECALLD_SOCKET").map(|s| PathBuf::from(strip_unix_scheme(&s))))
             .or(file.socket)
             .unwrap_or_else(|| default_socket(env));
-        let data_dir = match over.data.clone().or_else(|| env.var("RECALLD_DATA").map(PathBuf::from)).or(file.data) {
+        let data_dir = match over
+            .data
+            .clone()
+            .or_else(|| env.var("RECALLD_DATA").map(PathBuf::from))
+            .or(file.data)
+        {
             Some(d) => d,
             None => default_data_dir(env)?,
         };
@@ -106,7 +114,9 @@ impl Settings {
                 name: "RECALLD_MAX_FRAME_BYTES",
                 message: format!("{v:?} is not a number of bytes"),
             })?,
-            None => file.max_frame_bytes.unwrap_or(recalld_protocol::DEFAULT_MAX_FRAME_BYTES),
+            None => file
+                .max_frame_bytes
+                .unwrap_or(recalld_protocol::DEFAULT_MAX_FRAME_BYTES),
         };
         let socket_mode = file
             .socket_mode
@@ -118,7 +128,12 @@ impl Settings {
             socket_group: file.socket_group,
             max_frame_bytes,
             max_in_flight: file.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT).max(1),
-            log: over.log.clone().or_else(|| env.var("RECALLD_LOG")).or(file.log).unwrap_or_else(|| "info".into()),
+            log: over
+                .log
+                .clone()
+                .or_else(|| env.var("RECALLD_LOG"))
+                .or(file.log)
+                .unwrap_or_else(|| "info".into()),
             map_size: file.map_size.unwrap_or(1 << 30),
             engine: file.engine,
             models: file.models,
@@ -127,9 +142,14 @@ impl Settings {
 }
 
 fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
-    parse_file(&text).map_err(|message| ConfigError::Parse { path: path.to_path_buf(), message })
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_file(&text).map_err(|message| ConfigError::Parse {
+        path: path.to_path_buf(),
+        message,
+    })
 }
 
 /// Parses a TOML config text; unknown keys are errors.
@@ -191,13 +211,26 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cfg = dir.path().join("r.toml");
         std::fs::write(&cfg, "socket = \"/from/file.sock\"\ndata = \"/from/file\"\n").unwrap();
-        let env = MapEnv(HashMap::from([("RECALLD_SOCKET", "unix:///from/env.sock"), ("HOME", "/h")]));
-        let over = Overrides { config: Some(cfg.clone()), ..Default::default() };
+        let env = MapEnv(HashMap::from([
+            ("RECALLD_SOCKET", "unix:///from/env.sock"),
+            ("HOME", "/h"),
+        ]));
+        let over = Overrides {
+            config: Some(cfg.clone()),
+            ..Default::default()
+        };
         let s = Settings::resolve(&over, &env).unwrap();
         assert_eq!(s.socket, PathBuf::from("/from/env.sock"));
         assert_eq!(s.data_dir, PathBuf::from("/from/file"));
-        let over = Overrides { config: Some(cfg), socket: Some("/flag.sock".into()), ..Default::default() };
-        assert_eq!(Settings::resolve(&over, &env).unwrap().socket, PathBuf::from("/flag.sock"));
+        let over = Overrides {
+            config: Some(cfg),
+            socket: Some("/flag.sock".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            Settings::resolve(&over, &env).unwrap().socket,
+            PathBuf::from("/flag.sock")
+        );
     }
 
     #[test]
@@ -208,7 +241,8 @@ mod tests {
 
     #[test]
     fn the_documented_example_parses() {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/recalld.example.toml")).unwrap();
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/recalld.example.toml")).unwrap();
         parse_file(&text).unwrap();
     }
 
@@ -218,7 +252,14 @@ mod tests {
         let cfg = dir.path().join("r.toml");
         std::fs::write(&cfg, "socket_group = \"agents\"\n").unwrap();
         let env = MapEnv(HashMap::from([("HOME", "/h")]));
-        let s = Settings::resolve(&Overrides { config: Some(cfg), ..Default::default() }, &env).unwrap();
+        let s = Settings::resolve(
+            &Overrides {
+                config: Some(cfg),
+                ..Default::default()
+            },
+            &env,
+        )
+        .unwrap();
         assert_eq!(s.socket_mode, 0o660);
     }
 }

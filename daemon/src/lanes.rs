@@ -57,7 +57,10 @@ impl Lanes {
 
 fn work(engine: &Engine, rx: &Mutex<Receiver<String>>, stop: &AtomicBool) {
     while !stop.load(Ordering::SeqCst) {
-        let next = rx.lock().unwrap_or_else(|e| e.into_inner()).recv_timeout(Duration::from_millis(100));
+        let next = rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .recv_timeout(Duration::from_millis(100));
         let memory = match next {
             Ok(m) => m,
             Err(RecvTimeoutError::Timeout) => continue,

@@ -30,14 +30,27 @@ pub enum StartError {
 /// Opens the store, binds the socket and serves until `stop` resolves; then finishes in-flight
 /// requests, flushes and returns.
 pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>) -> Result<(), StartError> {
-    let store = Arc::new(store::Store::open(&settings.data_dir, &store::StoreOptions { map_size: settings.map_size })?);
+    let store = Arc::new(store::Store::open(
+        &settings.data_dir,
+        &store::StoreOptions {
+            map_size: settings.map_size,
+        },
+    )?);
     let models = models::Models::load(&settings.models, &settings.data_dir)?;
     tracing::info!(embedder = ?models.embedder.id(), judge = %models.judge.name(), "models loaded");
     record_embedder(&store, &models.embedder.id())?;
-    let engine = Arc::new(engine::Engine::new(store.clone(), Some(models), settings.engine.clone()));
+    let engine = Arc::new(engine::Engine::new(
+        store.clone(),
+        Some(models),
+        settings.engine.clone(),
+    ));
     let listener = server::Listener::open(&settings.socket, settings.socket_mode, settings.socket_group.as_deref())?;
     tracing::info!(socket = %listener.display, data = %settings.data_dir.display(), "listening");
-    println!("recalld {} listening on {}", env!("CARGO_PKG_VERSION"), listener.display);
+    println!(
+        "recalld {} listening on {}",
+        env!("CARGO_PKG_VERSION"),
+        listener.display
+    );
     server::notify_ready();
     let lanes = lanes::Lanes::start(engine.clone(), settings.engine.lane_workers);
     let state = Arc::new(server::AppState::new(engine, &settings));

@@ -40,8 +40,18 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { config, socket, data, log } => {
-            let over = Overrides { config, socket, data, log };
+        Command::Serve {
+            config,
+            socket,
+            data,
+            log,
+        } => {
+            let over = Overrides {
+                config,
+                socket,
+                data,
+                log,
+            };
             let settings = match Settings::resolve(&over, &ProcessEnv) {
                 Ok(s) => s,
                 Err(e) => {
@@ -50,7 +60,10 @@ fn main() -> ExitCode {
                 }
             };
             init_logging(&settings.log);
-            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
             match runtime.block_on(recalld::run(settings, recalld::server::shutdown::signals())) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -60,7 +73,10 @@ fn main() -> ExitCode {
             }
         }
         Command::Config { config } => {
-            let over = Overrides { config, ..Default::default() };
+            let over = Overrides {
+                config,
+                ..Default::default()
+            };
             match Settings::resolve(&over, &ProcessEnv) {
                 Ok(s) => {
                     println!("{s:#?}");
@@ -76,6 +92,10 @@ fn main() -> ExitCode {
 }
 
 fn init_logging(filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }

@@ -13,7 +13,10 @@ use serde_json::{json, Value};
 fn run(fresh_engine_per_op: bool) -> (Vec<Value>, Value) {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
-    let config = EngineConfig { max_episode_tokens: 200, ..EngineConfig::default() };
+    let config = EngineConfig {
+        max_episode_tokens: 200,
+        ..EngineConfig::default()
+    };
     let shared = Engine::new(store.clone(), None, config.clone());
     let fresh = || Engine::new(store.clone(), None, config.clone());
     let mut requests = Vec::new();
@@ -21,7 +24,11 @@ fn run(fresh_engine_per_op: bool) -> (Vec<Value>, Value) {
     let mut now = 1_700_000_000.0;
     for turn in 0..14 {
         history.push(json!({"role": "user", "content": format!("Turn {turn}: check order #{turn}00 and tell me its shipping status, carrier and tracking number please.")}));
-        let e_decorate = if fresh_engine_per_op { fresh() } else { Engine::new(store.clone(), None, config.clone()) };
+        let e_decorate = if fresh_engine_per_op {
+            fresh()
+        } else {
+            Engine::new(store.clone(), None, config.clone())
+        };
         let engine = if fresh_engine_per_op { &e_decorate } else { &shared };
         let out = engine
             .decorate(DecorateArgs {
@@ -38,7 +45,9 @@ fn run(fresh_engine_per_op: bool) -> (Vec<Value>, Value) {
         let asked = out.info["note_ask"] == true;
         requests.push(out.request);
         now += 20.0;
-        let mut calls = vec![json!({"id": format!("t{turn}"), "type": "function", "function": {"name": "lookup", "arguments": format!("{{\"order\":{turn}00}}")}})];
+        let mut calls = vec![
+            json!({"id": format!("t{turn}"), "type": "function", "function": {"name": "lookup", "arguments": format!("{{\"order\":{turn}00}}")}}),
+        ];
         if asked {
             calls.push(json!({"id": format!("n{turn}"), "type": "function", "function": {"name": "note",
                 "arguments": json!({"notes": [{"note": format!("Order #{turn}00 was looked up."), "subject": "user", "object": format!("order #{turn}00"), "milestone": false}]}).to_string()}}));
@@ -48,7 +57,13 @@ fn run(fresh_engine_per_op: bool) -> (Vec<Value>, Value) {
             "usage": {"prompt_tokens": 800, "completion_tokens": 20, "total_tokens": 820}});
         let e_report = fresh();
         let engine = if fresh_engine_per_op { &e_report } else { &shared };
-        let r = engine.report(ReportArgs { memory: "c".into(), response: reply, now: Some(now) }).unwrap();
+        let r = engine
+            .report(ReportArgs {
+                memory: "c".into(),
+                response: reply,
+                now: Some(now),
+            })
+            .unwrap();
         while engine.run_next_job("c").unwrap() {}
         history.push(r.response["choices"][0]["message"].clone());
         history.push(json!({"role": "tool", "tool_call_id": format!("t{turn}"), "content": format!("order #{turn}00: shipped with DHL, tracking JD0146{turn:04}")}));
@@ -64,6 +79,14 @@ fn cached_states_behave_exactly_like_states_loaded_from_the_store() {
     let (fresh_requests, fresh_export) = run(true);
     assert_eq!(cached_requests, fresh_requests);
     assert_eq!(cached_export, fresh_export);
-    let states: Vec<&str> = cached_export["episodes"].as_array().unwrap().iter().map(|e| e["state"].as_str().unwrap()).collect();
-    assert!(states.contains(&"sealed") || states.contains(&"forgotten"), "the script reaches sealing: {states:?}");
+    let states: Vec<&str> = cached_export["episodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["state"].as_str().unwrap())
+        .collect();
+    assert!(
+        states.contains(&"sealed") || states.contains(&"forgotten"),
+        "the script reaches sealing: {states:?}"
+    );
 }

@@ -24,8 +24,9 @@ enum Fmt {
 }
 
 const WORDS: &[&str] = &[
-    "build", "cache", "linker", "target", "release", "module", "crate", "kernel", "socket", "buffer", "thread", "queue",
-    "index", "vector", "schema", "parser", "token", "frame", "driver", "packet", "router", "branch", "commit", "deploy",
+    "build", "cache", "linker", "target", "release", "module", "crate", "kernel", "socket", "buffer", "thread",
+    "queue", "index", "vector", "schema", "parser", "token", "frame", "driver", "packet", "router", "branch", "commit",
+    "deploy",
 ];
 
 /// Deterministic filler text of `n` words.
@@ -58,7 +59,11 @@ fn check_golden(name: &str, actual: &Value) {
     if &expected_v != actual {
         let exp_lines: Vec<&str> = expected.lines().collect();
         let act_lines: Vec<&str> = pretty.lines().collect();
-        let first = exp_lines.iter().zip(&act_lines).position(|(a, b)| a != b).unwrap_or(exp_lines.len().min(act_lines.len()));
+        let first = exp_lines
+            .iter()
+            .zip(&act_lines)
+            .position(|(a, b)| a != b)
+            .unwrap_or(exp_lines.len().min(act_lines.len()));
         panic!(
             "golden {name} differs at line {}:\n expected: {:?}\n   actual: {:?}\n(UPDATE_GOLDEN=1 rewrites; full actual:\n{pretty})",
             first + 1,
@@ -71,8 +76,22 @@ fn check_golden(name: &str, actual: &Value) {
 /// The `info` fields a golden keeps: deterministic ones (no floats that depend on the judge).
 fn info_view(info: &Value) -> Value {
     let keys = [
-        "format", "turn", "sleep", "faded", "note_ask", "facts_written", "ceiling", "budget", "landing", "fixed", "room",
-        "typical_turn", "view_tokens", "request_tokens", "in_view", "hidden_for_ceiling",
+        "format",
+        "turn",
+        "sleep",
+        "faded",
+        "note_ask",
+        "facts_written",
+        "ceiling",
+        "budget",
+        "landing",
+        "fixed",
+        "room",
+        "typical_turn",
+        "view_tokens",
+        "request_tokens",
+        "in_view",
+        "hidden_for_ceiling",
     ];
     let mut out = serde_json::Map::new();
     for k in keys {
@@ -103,7 +122,9 @@ impl Convo {
     fn request(&self) -> Value {
         match self.fmt {
             Fmt::Chat => {
-                let mut messages = vec![json!({"role": "system", "content": "You are the build assistant for the recalld repo. Run commands with run_shell and report results briefly."})];
+                let mut messages = vec![
+                    json!({"role": "system", "content": "You are the build assistant for the recalld repo. Run commands with run_shell and report results briefly."}),
+                ];
                 messages.extend(self.history.iter().cloned());
                 json!({
                     "model": "gpt-4o",
@@ -125,8 +146,11 @@ impl Convo {
 
     fn decorate(&mut self, c: &mut recalld::client::Client) -> Value {
         self.now += 30.0;
-        c.call("decorate", json!({"memory": self.memory, "request": self.request(), "now": self.now, "ceiling": self.ceiling}))
-            .unwrap()
+        c.call(
+            "decorate",
+            json!({"memory": self.memory, "request": self.request(), "now": self.now, "ceiling": self.ceiling}),
+        )
+        .unwrap()
     }
 
     fn user(&mut self, text: String) {
@@ -172,7 +196,11 @@ impl Convo {
                 if !calls.is_empty() {
                     message["tool_calls"] = Value::Array(calls);
                 }
-                let finish = if call.is_some() || (note && text.is_none()) { "tool_calls" } else { "stop" };
+                let finish = if call.is_some() || (note && text.is_none()) {
+                    "tool_calls"
+                } else {
+                    "stop"
+                };
                 json!({"id": format!("cc{}", self.now), "object": "chat.completion", "model": "gpt-4o",
                     "choices": [{"index": 0, "finish_reason": finish, "message": message}]})
             }
@@ -196,14 +224,21 @@ impl Convo {
     /// Reports a reply and appends what the client keeps of it to its history.
     fn report(&mut self, c: &mut recalld::client::Client, reply: Value) -> Value {
         self.now += 5.0;
-        let r = c.call("report", json!({"memory": self.memory, "response": reply, "now": self.now})).unwrap();
+        let r = c
+            .call(
+                "report",
+                json!({"memory": self.memory, "response": reply, "now": self.now}),
+            )
+            .unwrap();
         wait_for_lane(c);
         let resp = &r["response"];
         match self.fmt {
             Fmt::Chat => {
                 let m = &resp["choices"][0]["message"];
                 assert!(
-                    m["tool_calls"].as_array().is_none_or(|cs| cs.iter().all(|c| c["function"]["name"] != "note")),
+                    m["tool_calls"]
+                        .as_array()
+                        .is_none_or(|cs| cs.iter().all(|c| c["function"]["name"] != "note")),
                     "the note call never reaches the client: {resp}"
                 );
                 if m["content"].is_string() || m["tool_calls"].is_array() {
@@ -251,13 +286,22 @@ fn items(fmt: Fmt, request: &Value) -> Vec<Value> {
 fn text_of(item: &Value) -> String {
     match &item["content"] {
         Value::String(s) => s.clone(),
-        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join(""),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
         _ => item["output"].as_str().unwrap_or("").to_string(),
     }
 }
 
 fn states(info: &Value) -> Vec<String> {
-    info["episodes"].as_array().unwrap().iter().map(|e| e["state"].as_str().unwrap().to_string()).collect()
+    info["episodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["state"].as_str().unwrap().to_string())
+        .collect()
 }
 
 fn snapshot(d: &Value) -> Value {
@@ -275,13 +319,24 @@ fn block_role(fmt: Fmt) -> &'static str {
 fn run_scenario(fmt: Fmt, name: &str, ceiling: u64) {
     let d = Daemon::start();
     let mut c = d.client();
-    let mut cv = Convo { fmt, memory: name.into(), ceiling, history: vec![], now: 1_767_225_600.0, notes_sent: 0, turn: 0 };
+    let mut cv = Convo {
+        fmt,
+        memory: name.into(),
+        ceiling,
+        history: vec![],
+        now: 1_767_225_600.0,
+        notes_sent: 0,
+        turn: 0,
+    };
     let role = block_role(fmt);
     let mut seen = [false; 4]; // a, b, c, d
     let mut last_decorate = Value::Null;
 
     for i in 1..=40u64 {
-        cv.user(format!("Turn {i}: please build target t{i}. {}", words(i, 40 + (i % 3) as usize * 25)));
+        cv.user(format!(
+            "Turn {i}: please build target t{i}. {}",
+            words(i, 40 + (i % 3) as usize * 25)
+        ));
         // Step 1 of the turn: the model calls a tool. Step 2: it answers in text.
         for step in 0..2 {
             let mut dec = cv.decorate(&mut c);
@@ -292,7 +347,10 @@ fn run_scenario(fmt: Fmt, name: &str, ceiling: u64) {
             // Always: the turn in progress is in the request; the ask comes with the tool.
             assert_eq!(info["note_ask"].as_bool().unwrap(), has_note_tool(fmt, &req), "{info}");
             let user_text = text_of(cv.history.iter().rev().find(|m| m["role"] == "user").unwrap());
-            assert!(its.iter().any(|m| text_of(m) == user_text), "the current user message is in view");
+            assert!(
+                its.iter().any(|m| text_of(m) == user_text),
+                "the current user message is in view"
+            );
 
             if !seen[0] && i == 3 && step == 0 {
                 // (a) before any fade: everything in view, no ask, no blocks.
@@ -303,17 +361,37 @@ fn run_scenario(fmt: Fmt, name: &str, ceiling: u64) {
                 check_golden(&format!("{name}_a_before_fade"), &snapshot(&dec));
             }
 
-            let forgotten: Vec<&Value> = info["episodes"].as_array().unwrap().iter().filter(|e| e["state"] == "forgotten").collect();
+            let forgotten: Vec<&Value> = info["episodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["state"] == "forgotten")
+                .collect();
             if !seen[3] && !forgotten.is_empty() {
                 // (d) after forgetting: the forgotten episodes' facts leave the block.
                 seen[3] = true;
-                let facts_text = its.iter().map(text_of).find(|t| t.starts_with("Recorded facts")).unwrap_or_default();
+                let facts_text = its
+                    .iter()
+                    .map(text_of)
+                    .find(|t| t.starts_with("Recorded facts"))
+                    .unwrap_or_default();
                 for e in &forgotten {
                     for f in e["facts"].as_array().unwrap() {
                         let f = f.as_u64().unwrap();
                         let export = c.call("export", json!({"memory": name})).unwrap();
-                        let note = export["facts"].as_array().unwrap().iter().find(|x| x["n"] == f).unwrap()["note"].as_str().unwrap().to_string();
-                        assert!(!facts_text.contains(&note), "forgotten fact {note:?} still in the block:\n{facts_text}");
+                        let note = export["facts"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .find(|x| x["n"] == f)
+                            .unwrap()["note"]
+                            .as_str()
+                            .unwrap()
+                            .to_string();
+                        assert!(
+                            !facts_text.contains(&note),
+                            "forgotten fact {note:?} still in the block:\n{facts_text}"
+                        );
                     }
                 }
                 check_golden(&format!("{name}_d_forgotten"), &snapshot(&dec));
@@ -327,7 +405,11 @@ fn run_scenario(fmt: Fmt, name: &str, ceiling: u64) {
                 assert!(text_of(last).contains("is leaving live context"));
                 let tools = req["tools"].as_array().unwrap();
                 let t = tools.last().unwrap();
-                assert!(if fmt == Fmt::Chat { t["function"]["name"] == "note" } else { t["name"] == "note" });
+                assert!(if fmt == Fmt::Chat {
+                    t["function"]["name"] == "note"
+                } else {
+                    t["name"] == "note"
+                });
                 assert!(states(&info).iter().any(|s| s == "leaving"), "{info}");
                 if !seen[1] {
                     // (b) while leaving.
@@ -344,15 +426,32 @@ fn run_scenario(fmt: Fmt, name: &str, ceiling: u64) {
                     assert_eq!(info["note_ask"], false, "no ask right after the note: {info}");
                     assert!(its2.iter().any(|m| text_of(m) == user_text));
                     // (c) is checked on this very request.
-                    let sealed: Vec<&Value> = info["episodes"].as_array().unwrap().iter().filter(|e| e["state"] == "sealed").collect();
+                    let sealed: Vec<&Value> = info["episodes"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .filter(|e| e["state"] == "sealed")
+                        .collect();
                     assert!(!sealed.is_empty(), "sealed after the note: {info}");
                     let facts_at = if fmt == Fmt::Chat { 1 } else { 0 };
                     assert_eq!(its2[facts_at]["role"], role);
-                    assert!(text_of(&its2[facts_at]).starts_with("Recorded facts from compacted history"), "{}", its2[facts_at]);
-                    let in_view: Vec<u64> = info["in_view"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+                    assert!(
+                        text_of(&its2[facts_at]).starts_with("Recorded facts from compacted history"),
+                        "{}",
+                        its2[facts_at]
+                    );
+                    let in_view: Vec<u64> = info["in_view"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.as_u64().unwrap())
+                        .collect();
                     for e in &sealed {
                         let (a, b) = (e["seqs"][0].as_u64().unwrap(), e["seqs"][1].as_u64().unwrap());
-                        assert!(in_view.iter().all(|s| *s < a || *s > b), "sealed messages leave the view: {info}");
+                        assert!(
+                            in_view.iter().all(|s| *s < a || *s > b),
+                            "sealed messages leave the view: {info}"
+                        );
                     }
                     seen[2] = true;
                     check_golden(&format!("{name}_c_sealed"), &snapshot(&dec));
@@ -372,7 +471,10 @@ fn run_scenario(fmt: Fmt, name: &str, ceiling: u64) {
             let r = cv.report(&mut c, reply);
             assert_eq!(r["again"], false, "{r}");
             if step == 0 {
-                cv.tool_output(&call_id, format!("$ make t{i}\n{}", words(1000 + i, 120 + (i % 4) as usize * 20)));
+                cv.tool_output(
+                    &call_id,
+                    format!("$ make t{i}\n{}", words(1000 + i, 120 + (i % 4) as usize * 20)),
+                );
             }
         }
         // Once forgotten, go on until the view sits between the landing and the trigger (no
@@ -382,15 +484,25 @@ fn run_scenario(fmt: Fmt, name: &str, ceiling: u64) {
             break;
         }
     }
-    assert!(seen.iter().all(|s| *s), "all checkpoints reached: {seen:?}; last info {}", last_decorate["info"]);
+    assert!(
+        seen.iter().all(|s| *s),
+        "all checkpoints reached: {seen:?}; last info {}",
+        last_decorate["info"]
+    );
 
     // (e) a 25-hour gap: the next user turn sleeps; the view fades to the landing.
     cv.now += 25.0 * 3600.0;
-    cv.user(format!("Back after a day: what is the state of the release? {}", words(7777, 30)));
+    cv.user(format!(
+        "Back after a day: what is the state of the release? {}",
+        words(7777, 30)
+    ));
     let dec = cv.decorate(&mut c);
     let info = &dec["info"];
     assert_eq!(info["sleep"], true, "{info}");
-    assert_eq!(info["faded"], true, "the view was above the landing before the gap: {info}");
+    assert_eq!(
+        info["faded"], true,
+        "the view was above the landing before the gap: {info}"
+    );
     let leaving_tokens: u64 = info["episodes"]
         .as_array()
         .unwrap()
@@ -400,7 +512,11 @@ fn run_scenario(fmt: Fmt, name: &str, ceiling: u64) {
         .sum();
     let view = info["view_tokens"].as_u64().unwrap();
     let landing = info["landing"].as_u64().unwrap();
-    assert!(view - leaving_tokens <= landing, "faded to the landing: view {view} − leaving {leaving_tokens} > landing {landing}: {:#}", info_view(info));
+    assert!(
+        view - leaving_tokens <= landing,
+        "faded to the landing: view {view} − leaving {leaving_tokens} > landing {landing}: {:#}",
+        info_view(info)
+    );
     check_golden(&format!("{name}_e_sleep"), &snapshot(&dec));
 }
 
@@ -419,7 +535,10 @@ fn responses_conversation_fades_seals_forgets_and_sleeps() {
 fn wait_for_lane(c: &mut recalld::client::Client) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while c.call("stats", json!({})).unwrap()["jobs_pending"] != 0 {
-        assert!(std::time::Instant::now() < deadline, "background jobs did not finish within 60 s");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "background jobs did not finish within 60 s"
+        );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }

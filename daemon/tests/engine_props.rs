@@ -18,7 +18,9 @@ use recalld::store::{Store, StoreOptions};
 use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
 use serde_json::{json, Value};
 
-const WORDS: &[&str] = &["alpha", "beta", "gamma", "delta", "socket", "frame", "index", "queue", "parser", "kernel", "vector", "token"];
+const WORDS: &[&str] = &[
+    "alpha", "beta", "gamma", "delta", "socket", "frame", "index", "queue", "parser", "kernel", "vector", "token",
+];
 
 fn words(seed: u64, n: usize) -> String {
     let mut x = seed.wrapping_add(0x9e3779b97f4a7c15);
@@ -66,7 +68,12 @@ fn turn() -> impl Strategy<Value = Turn> {
     )
         .prop_map(|(user, mut steps, last, gap, note_alone)| {
             steps.push(Step::Text(last));
-            Turn { user, steps, gap, note_alone }
+            Turn {
+                user,
+                steps,
+                gap,
+                note_alone,
+            }
         })
 }
 
@@ -89,7 +96,9 @@ fn note_call(id: &str, turn: usize) -> Value {
 }
 
 fn has_note_tool(req: &Value) -> bool {
-    req["tools"].as_array().is_some_and(|ts| ts.iter().any(|t| t["function"]["name"] == "note"))
+    req["tools"]
+        .as_array()
+        .is_some_and(|ts| ts.iter().any(|t| t["function"]["name"] == "note"))
 }
 
 impl Sim {
@@ -124,7 +133,10 @@ impl Sim {
     fn check_store(&mut self) -> Result<(), TestCaseError> {
         let after = self.engine.export("m").unwrap();
         if let Some(before) = &self.last_export {
-            let (bm, am) = (before["messages"].as_array().unwrap(), after["messages"].as_array().unwrap());
+            let (bm, am) = (
+                before["messages"].as_array().unwrap(),
+                after["messages"].as_array().unwrap(),
+            );
             prop_assert!(bm.len() <= am.len(), "messages lost: {} → {}", bm.len(), am.len());
             for (b, a) in bm.iter().zip(am) {
                 let mut b2 = b.clone();
@@ -137,7 +149,10 @@ impl Sim {
                 }
                 prop_assert_eq!(b2, a2, "a stored message changed");
             }
-            let (bt, at) = (before["traces"].as_array().unwrap(), after["traces"].as_array().unwrap());
+            let (bt, at) = (
+                before["traces"].as_array().unwrap(),
+                after["traces"].as_array().unwrap(),
+            );
             prop_assert!(bt.len() <= at.len(), "traces lost");
             for t in bt {
                 prop_assert!(at.contains(t), "trace changed or lost: {}", t);
@@ -171,7 +186,10 @@ impl Sim {
             user: None,
             history: HistoryMode::Full,
         };
-        let r = self.engine.decorate(args).map_err(|e| TestCaseError::fail(format!("decorate: {e}")))?;
+        let r = self
+            .engine
+            .decorate(args)
+            .map_err(|e| TestCaseError::fail(format!("decorate: {e}")))?;
         let out = json!({"request": r.request, "info": r.info});
         for e in out["info"]["episodes"].as_array().unwrap() {
             self.seen.insert(e["state"].as_str().unwrap().to_string());
@@ -189,18 +207,33 @@ impl Sim {
 
     fn report(&mut self, message: Value) -> Result<Value, TestCaseError> {
         self.now += 1.0;
-        let finish = if message["tool_calls"].is_array() { "tool_calls" } else { "stop" };
+        let finish = if message["tool_calls"].is_array() {
+            "tool_calls"
+        } else {
+            "stop"
+        };
         let reply = json!({"id": "x", "object": "chat.completion", "model": "gpt-4o",
             "choices": [{"index": 0, "finish_reason": finish, "message": message}]});
         let r = self
             .engine
-            .report(ReportArgs { memory: "m".into(), response: reply, now: Some(self.now) })
+            .report(ReportArgs {
+                memory: "m".into(),
+                response: reply,
+                now: Some(self.now),
+            })
             .map_err(|e| TestCaseError::fail(format!("report: {e}")))?;
         // The background lane, run to the end here (no lane threads in-process).
-        while self.engine.run_next_job("m").map_err(|e| TestCaseError::fail(format!("job: {e}")))? {}
+        while self
+            .engine
+            .run_next_job("m")
+            .map_err(|e| TestCaseError::fail(format!("job: {e}")))?
+        {}
         let m = r.response["choices"][0]["message"].clone();
         let calls = m["tool_calls"].as_array().cloned().unwrap_or_default();
-        prop_assert!(calls.iter().all(|c| c["function"]["name"] != "note"), "note call reached the client");
+        prop_assert!(
+            calls.iter().all(|c| c["function"]["name"] != "note"),
+            "note call reached the client"
+        );
         if m["content"].is_string() || !calls.is_empty() {
             self.history.push(m);
         }
@@ -219,22 +252,44 @@ impl Sim {
         let mut pos = 0;
         for m in current {
             let found = messages[pos..].iter().position(|x| x == m);
-            prop_assert!(found.is_some(), "current-turn message missing from the request: {}\ninfo {}", m, info);
+            prop_assert!(
+                found.is_some(),
+                "current-turn message missing from the request: {}\ninfo {}",
+                m,
+                info
+            );
             pos += found.unwrap() + 1;
         }
         // And in no episode.
         let turn = info["turn"].as_u64().unwrap();
         for e in info["episodes"].as_array().unwrap() {
-            prop_assert!(e["turns"][1].as_u64().unwrap() < turn, "the turn in progress was cut: {}", e);
+            prop_assert!(
+                e["turns"][1].as_u64().unwrap() < turn,
+                "the turn in progress was cut: {}",
+                e
+            );
         }
         // A leaving episode (whose facts are asked for) is held back for the ceiling only when
         // every live one already is.
-        let hidden: BTreeSet<u64> = info["hidden_for_ceiling"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+        let hidden: BTreeSet<u64> = info["hidden_for_ceiling"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
         let eps = info["episodes"].as_array().unwrap();
-        let state_of = |n: u64| eps.iter().find(|e| e["n"] == n).map(|e| e["state"].as_str().unwrap().to_string());
+        let state_of = |n: u64| {
+            eps.iter()
+                .find(|e| e["n"] == n)
+                .map(|e| e["state"].as_str().unwrap().to_string())
+        };
         if hidden.iter().any(|n| state_of(*n).as_deref() == Some("leaving")) {
             for e in eps.iter().filter(|e| e["state"] == "live") {
-                prop_assert!(hidden.contains(&e["n"].as_u64().unwrap()), "a leaving episode hidden before a live one: {}", info);
+                prop_assert!(
+                    hidden.contains(&e["n"].as_u64().unwrap()),
+                    "a leaving episode hidden before a live one: {}",
+                    info
+                );
             }
         }
         // Every tool call has its output, every output its call.
@@ -253,7 +308,11 @@ impl Sim {
         for (i, m) in messages.iter().enumerate() {
             if m["role"] == "tool" {
                 let id = &m["tool_call_id"];
-                let before = messages[..i].iter().any(|x| x["tool_calls"].as_array().is_some_and(|cs| cs.iter().any(|c| &c["id"] == id)));
+                let before = messages[..i].iter().any(|x| {
+                    x["tool_calls"]
+                        .as_array()
+                        .is_some_and(|cs| cs.iter().any(|c| &c["id"] == id))
+                });
                 prop_assert!(before, "tool output before (or without) its call");
             }
         }
@@ -273,7 +332,11 @@ impl Sim {
             prop_assert!(
                 request_tokens <= ceiling,
                 "request {} > ceiling {} though fixed {} + current turn {} fits\ninfo {}",
-                request_tokens, ceiling, fixed, current_tokens, info
+                request_tokens,
+                ceiling,
+                fixed,
+                current_tokens,
+                info
             );
         }
         Ok(())
@@ -289,7 +352,14 @@ impl Sim {
             let r = self.report(json!({"role": "assistant", "content": null, "tool_calls": [note_call(&id, n)]}))?;
             prop_assert_eq!(&r["again"], &json!(true));
             let out = self.decorate()?;
-            prop_assert!(!out["info"]["note_ask"].as_bool().unwrap() || out["info"]["episodes"].as_array().unwrap().iter().any(|e| e["state"] == "leaving"));
+            prop_assert!(
+                !out["info"]["note_ask"].as_bool().unwrap()
+                    || out["info"]["episodes"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|e| e["state"] == "leaving")
+            );
         }
         let note = (asked && !t.note_alone).then(|| {
             let id = self.id("note");
@@ -305,7 +375,8 @@ impl Sim {
                 let r = self.report(json!({"role": "assistant", "content": null, "tool_calls": cs}))?;
                 prop_assert_eq!(&r["again"], &json!(false));
                 for (k, id) in ids.iter().enumerate() {
-                    self.history.push(json!({"role": "tool", "tool_call_id": id, "content": words(seed + k as u64, *out)}));
+                    self.history
+                        .push(json!({"role": "tool", "tool_call_id": id, "content": words(seed + k as u64, *out)}));
                 }
             }
             Step::Text(w) => {
@@ -344,8 +415,14 @@ fn the_simulation_reaches_every_state() {
     let mut sim = Sim::new(1500);
     for n in 0..30usize {
         sim.now += if n == 25 { 90_000.0 } else { 60.0 };
-        sim.history.push(json!({"role": "user", "content": format!("Question {n}: {}", words(n as u64, 60))}));
-        let t = Turn { user: 60, steps: vec![Step::Tools { calls: 1, out: 150 }, Step::Text(40)], gap: 0.0, note_alone: n % 2 == 0 };
+        sim.history
+            .push(json!({"role": "user", "content": format!("Question {n}: {}", words(n as u64, 60))}));
+        let t = Turn {
+            user: 60,
+            steps: vec![Step::Tools { calls: 1, out: 150 }, Step::Text(40)],
+            gap: 0.0,
+            note_alone: n % 2 == 0,
+        };
         for (k, mv) in t.steps.iter().enumerate() {
             sim.call(&t, n, mv, (n * 10 + k) as u64).unwrap();
         }

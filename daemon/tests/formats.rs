@@ -14,12 +14,8 @@ fn traces() -> Vec<Value> {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/bench"));
     let file = dir.join("agent-traces-dev.jsonl");
-    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| {
-        panic!(
-            "cannot read {} (set RECALLD_BENCH_DIR): {e}",
-            file.display()
-        )
-    });
+    let text = std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| panic!("cannot read {} (set RECALLD_BENCH_DIR): {e}", file.display()));
     let lines: Vec<Value> = text
         .lines()
         .filter(|l| !l.trim().is_empty())
@@ -51,11 +47,14 @@ fn responses_request(t: &Value) -> Value {
         match m["role"].as_str().unwrap() {
             "system" if instructions.is_none() => instructions = Some(content.to_string()),
             "user" if i % 2 == 0 => input.push(json!({"role": "user", "content": content})),
-            "user" => input.push(json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": content}]})),
+            "user" => input
+                .push(json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": content}]})),
             "assistant" => {
                 if !content.is_empty() {
-                    input.push(json!({"type": "message", "id": format!("msg_{i}"), "status": "completed", "role": "assistant",
-                        "content": [{"type": "output_text", "text": content, "annotations": []}]}));
+                    input.push(
+                        json!({"type": "message", "id": format!("msg_{i}"), "status": "completed", "role": "assistant",
+                        "content": [{"type": "output_text", "text": content, "annotations": []}]}),
+                    );
                 }
                 if let Some(calls) = m["tool_calls"].as_array() {
                     input.push(json!({"type": "reasoning", "id": format!("rs_{i}"), "summary": [], "encrypted_content": "gAAAA"}));
@@ -65,7 +64,9 @@ fn responses_request(t: &Value) -> Value {
                     }
                 }
             }
-            "tool" => input.push(json!({"type": "function_call_output", "call_id": m["tool_call_id"], "output": content})),
+            "tool" => {
+                input.push(json!({"type": "function_call_output", "call_id": m["tool_call_id"], "output": content}))
+            }
             other => panic!("unexpected role {other} in the bench file"),
         }
     }
@@ -97,11 +98,7 @@ fn check_tool_pairs(id: &str, history: &[Message]) {
     for (i, m) in history.iter().enumerate() {
         for c in &m.tool_calls {
             assert!(!c.id.is_empty(), "{id}: history[{i}] has a call without id");
-            assert!(
-                open.insert(&c.id, i).is_none(),
-                "{id}: call id {} repeated",
-                c.id
-            );
+            assert!(open.insert(&c.id, i).is_none(), "{id}: call id {} repeated", c.id);
             calls += 1;
         }
         if m.role == Role::Tool && m.kind == Kind::Message {
@@ -173,21 +170,13 @@ fn responses_conversations_round_trip() {
         assert_eq!(p.instructions.len(), 1, "{id}");
         assert_eq!(p.instructions[0].raw, v["instructions"]);
         assert_eq!(p.instructions_role, Role::Developer);
-        assert_eq!(
-            p.history.len(),
-            v["input"].as_array().unwrap().len(),
-            "{id}"
-        );
+        assert_eq!(p.history.len(), v["input"].as_array().unwrap().len(), "{id}");
         assert_eq!(p.provider_history, None);
         check_tool_pairs(id, &p.history);
 
         // The chat form of the same conversation carries the same text and calls.
         let c = parse_request(&chat_request(&t)).unwrap();
-        let calls = |h: &[Message]| {
-            h.iter()
-                .flat_map(|m| m.tool_calls.clone())
-                .collect::<Vec<_>>()
-        };
+        let calls = |h: &[Message]| h.iter().flat_map(|m| m.tool_calls.clone()).collect::<Vec<_>>();
         assert_eq!(calls(&p.history), calls(&c.history), "{id}");
         let texts = |h: &[Message]| {
             h.iter()
@@ -209,13 +198,7 @@ fn conversions_between_formats_keep_fingerprints() {
         let r = render_request(Format::Responses, &c.instructions, &c.history, &c.rest, &[]);
         let rp = parse_request(&r).unwrap_or_else(|e| panic!("{id}: {e}"));
         check_tool_pairs(id, &rp.history);
-        let back = render_request(
-            Format::ChatCompletions,
-            &rp.instructions,
-            &rp.history,
-            &rp.rest,
-            &[],
-        );
+        let back = render_request(Format::ChatCompletions, &rp.instructions, &rp.history, &rp.rest, &[]);
         let bp = parse_request(&back).unwrap();
         let fps = |h: &[Message]| h.iter().map(Message::fingerprint).collect::<Vec<_>>();
         assert_eq!(fps(&bp.history), fps(&c.history), "{id}");
@@ -232,11 +215,7 @@ fn edits(m: &Message) -> Vec<Value> {
         e["content"] = json!(format!("{s}."));
         out.push(e);
         let mut e = raw.clone();
-        e["role"] = json!(if m.role == Role::User {
-            "assistant"
-        } else {
-            "user"
-        });
+        e["role"] = json!(if m.role == Role::User { "assistant" } else { "user" });
         if m.role != Role::Tool {
             out.push(e);
         }
@@ -282,8 +261,7 @@ fn fingerprints_match_equal_and_split_edited() {
                     m.kind == Kind::Message
                         && m.tool_calls.is_empty()
                         && !m.text.is_empty()
-                        && (m.role != Role::Assistant
-                            || h.get(i + 1).is_none_or(|n| n.kind == Kind::Message))
+                        && (m.role != Role::Assistant || h.get(i + 1).is_none_or(|n| n.kind == Kind::Message))
                 })
                 .map(|(_, m)| m.fingerprint())
                 .collect::<Vec<_>>()
@@ -299,26 +277,12 @@ fn fingerprints_match_equal_and_split_edited() {
             // Different messages never share a fingerprint.
             let key = json!({"role": m.role.as_str(), "content": m.raw["content"], "tool_calls": m.raw.get("tool_calls"), "tool_call_id": m.raw.get("tool_call_id")});
             if let Some(prev) = by_fp.insert(m.fingerprint(), key.clone()) {
-                assert_eq!(
-                    prev, key,
-                    "{id}: two different messages share a fingerprint"
-                );
+                assert_eq!(prev, key, "{id}: two different messages share a fingerprint");
             }
             for e in edits(m) {
                 let ep = parse_request(&json!({"messages": [e]})).unwrap();
-                let em = ep
-                    .instructions
-                    .iter()
-                    .chain(&ep.history)
-                    .next()
-                    .unwrap()
-                    .clone();
-                assert_ne!(
-                    em.fingerprint(),
-                    m.fingerprint(),
-                    "{id}: edit not seen: {}",
-                    em.raw
-                );
+                let em = ep.instructions.iter().chain(&ep.history).next().unwrap().clone();
+                assert_ne!(em.fingerprint(), m.fingerprint(), "{id}: edit not seen: {}", em.raw);
                 edited += 1;
             }
         }

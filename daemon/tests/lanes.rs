@@ -39,7 +39,10 @@ fn decorate(engine: &Engine, history: &[Value], now: f64) {
 #[test]
 fn queued_jobs_survive_a_restart_and_run_in_order() {
     let dir = tempfile::tempdir().unwrap();
-    let config = EngineConfig { max_episode_tokens: 64, ..EngineConfig::default() };
+    let config = EngineConfig {
+        max_episode_tokens: 64,
+        ..EngineConfig::default()
+    };
     {
         let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
         let engine = Engine::new(store, None, config.clone());
@@ -49,13 +52,25 @@ fn queued_jobs_survive_a_restart_and_run_in_order() {
             history.push(json!({"role": "user", "content": format!("turn {turn}: {long}")}));
             decorate(&engine, &history, 1000.0 + turn as f64 * 10.0);
             let text = format!("done with turn {turn}: {long}");
-            engine.report(ReportArgs { memory: "lane".into(), response: reply(&text), now: Some(1005.0 + turn as f64 * 10.0) }).unwrap();
+            engine
+                .report(ReportArgs {
+                    memory: "lane".into(),
+                    response: reply(&text),
+                    now: Some(1005.0 + turn as f64 * 10.0),
+                })
+                .unwrap();
             history.push(json!({"role": "assistant", "content": text}));
         }
         let (memories, jobs) = engine.pending_jobs().unwrap();
         assert_eq!(memories, vec!["lane".to_string()]);
         assert!(jobs >= 1, "report queued a cut");
-        assert!(engine.export("lane").unwrap()["episodes"].as_array().unwrap().is_empty(), "nothing ran without a lane");
+        assert!(
+            engine.export("lane").unwrap()["episodes"]
+                .as_array()
+                .unwrap()
+                .is_empty(),
+            "nothing ran without a lane"
+        );
     } // "crash": the engine goes away with its jobs still queued
     let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
     let engine = Arc::new(Engine::new(store, None, config));
@@ -88,19 +103,27 @@ fn fact_traces_are_written_by_the_lane_through_the_socket() {
     let mut asked = false;
     for turn in 0..30 {
         history.push(json!({"role": "user", "content": format!("Turn {turn}: the invoice INV-{turn} for customer Acme was disputed because the unit price of widget W{turn} changed from 4.50 to 5.25 euros.")}));
-        let out = c.call("decorate", json!({"memory": "t", "request": chat(&history), "now": now, "ceiling": 900})).unwrap();
+        let out = c
+            .call(
+                "decorate",
+                json!({"memory": "t", "request": chat(&history), "now": now, "ceiling": 900}),
+            )
+            .unwrap();
         now += 30.0;
         if out["info"]["note_ask"] == true {
             let note = json!({"id": "c", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0, "finish_reason": "tool_calls",
                 "message": {"role": "assistant", "content": null, "tool_calls": [{"id": format!("n{turn}"), "type": "function",
                 "function": {"name": "note", "arguments": json!({"notes": [{"note": "Acme disputed invoice INV-0 over the widget W0 unit price.", "subject": "Acme", "object": "invoice INV-0", "milestone": false}]}).to_string()}}]}}]});
-            let r = c.call("report", json!({"memory": "t", "response": note, "now": now})).unwrap();
+            let r = c
+                .call("report", json!({"memory": "t", "response": note, "now": now}))
+                .unwrap();
             assert_eq!(r["again"], true);
             asked = true;
             break;
         }
         let text = format!("Noted the dispute on INV-{turn}.");
-        c.call("report", json!({"memory": "t", "response": reply(&text), "now": now})).unwrap();
+        c.call("report", json!({"memory": "t", "response": reply(&text), "now": now}))
+            .unwrap();
         history.push(json!({"role": "assistant", "content": text}));
         now += 30.0;
     }
@@ -111,8 +134,22 @@ fn fact_traces_are_written_by_the_lane_through_the_socket() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let export = c.call("export", json!({"memory": "t"})).unwrap();
-    let fact_traces: Vec<&Value> = export["traces"].as_array().unwrap().iter().filter(|t| t["kind"] == "fact").collect();
-    assert!(!fact_traces.is_empty(), "the new fact was judged against the remembered episodes");
-    assert!(fact_traces.iter().all(|t| t["at"] == json!(now)), "traces carry the note's time");
-    assert!(fact_traces.iter().any(|t| t["counted"] == true), "the fact is about the episodes it was written for");
+    let fact_traces: Vec<&Value> = export["traces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["kind"] == "fact")
+        .collect();
+    assert!(
+        !fact_traces.is_empty(),
+        "the new fact was judged against the remembered episodes"
+    );
+    assert!(
+        fact_traces.iter().all(|t| t["at"] == json!(now)),
+        "traces carry the note's time"
+    );
+    assert!(
+        fact_traces.iter().any(|t| t["counted"] == true),
+        "the fact is about the episodes it was written for"
+    );
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use recalld::models::{
-    cosine, CallCtx, Embedder, Judge, MiniLm, ModelError, ModelsConfig, Models, Relation, RulesJudge, Thresholds,
+    cosine, CallCtx, Embedder, Judge, MiniLm, ModelError, Models, ModelsConfig, Relation, RulesJudge, Thresholds,
     Usage, WalkLevel,
 };
 
@@ -65,7 +65,11 @@ fn models_embeddings_match_reference_vectors() {
             assert!((norm - 1.0).abs() < 1e-4, "not unit length: {norm}");
             let c = cosine(got, &item.vector);
             assert!(c > 1.0 - 1e-3, "{:?}: cosine to reference {c}", item.text);
-            let max_diff = got.iter().zip(&item.vector).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            let max_diff = got
+                .iter()
+                .zip(&item.vector)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
             assert!(max_diff < 1e-3, "{:?}: max abs diff {max_diff}", item.text);
         }
     }
@@ -81,12 +85,19 @@ fn models_embeddings_match_reference_vectors() {
 #[test]
 fn models_embeddings_are_semantic_and_batch_independent() {
     let m = minilm();
-    let v = m.embed(&CTX, &["eating food", "eating bread", "the stock market fell sharply"]).unwrap();
+    let v = m
+        .embed(&CTX, &["eating food", "eating bread", "the stock market fell sharply"])
+        .unwrap();
     let close = cosine(&v[0], &v[1]);
     let far = cosine(&v[0], &v[2]);
-    assert!(close > 0.6 && far < 0.2 && close > far + 0.4, "close {close}, far {far}");
+    assert!(
+        close > 0.6 && far < 0.2 && close > far + 0.4,
+        "close {close}, far {far}"
+    );
     // More texts than one batch, mixed lengths: same as one by one, order kept.
-    let texts: Vec<String> = (0..70).map(|i| format!("sentence number {i} {}", "word ".repeat(i % 13))).collect();
+    let texts: Vec<String> = (0..70)
+        .map(|i| format!("sentence number {i} {}", "word ".repeat(i % 13)))
+        .collect();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let all = m.embed(&CTX, &refs).unwrap();
     assert_eq!(all.len(), 70);
@@ -109,21 +120,32 @@ fn models_long_input_is_truncated_not_rejected() {
 #[test]
 fn models_missing_model_names_the_fix_command() {
     let dir = tempfile::tempdir().unwrap();
-    let err = MiniLm::load(dir.path(), 32, Arc::new(Usage::default())).err().expect("must fail");
+    let err = MiniLm::load(dir.path(), 32, Arc::new(Usage::default()))
+        .err()
+        .expect("must fail");
     assert!(matches!(err, ModelError::MissingModel { .. }));
     let msg = err.to_string();
-    assert!(msg.contains("scripts/fetch-model.sh") && msg.contains(&dir.path().display().to_string()), "{msg}");
+    assert!(
+        msg.contains("scripts/fetch-model.sh") && msg.contains(&dir.path().display().to_string()),
+        "{msg}"
+    );
     assert!(msg.contains("model.safetensors"), "{msg}");
 }
 
 #[test]
 fn models_load_builtin_from_config_and_count_usage() {
-    let toml_text = format!("[embedder]\npath = {:?}\n[judge.thresholds]\nabout = 0.5\n", model_dir().display().to_string());
+    let toml_text = format!(
+        "[embedder]\npath = {:?}\n[judge.thresholds]\nabout = 0.5\n",
+        model_dir().display().to_string()
+    );
     let cfg: ModelsConfig = toml::from_str(&toml_text).unwrap();
     let models = Models::load(&cfg, std::path::Path::new("/nonexistent")).unwrap();
     assert_eq!(models.embedder.id().dim, 384);
     models.embedder.embed(&CallCtx::new("alpha"), &["one", "two"]).unwrap();
-    models.judge.relation(&CallCtx::new("beta"), "a cat sat", "a dog ran").unwrap();
+    models
+        .judge
+        .relation(&CallCtx::new("beta"), "a cat sat", "a dog ran")
+        .unwrap();
     let s = models.stats();
     assert_eq!(s["memories"]["alpha"]["embed_calls"], 1);
     assert!(s["memories"]["alpha"]["embed_tokens"].as_u64().unwrap() >= 6);
@@ -150,8 +172,12 @@ fn models_judge_topic_change_is_a_boundary() {
     ];
     let s = j.boundaries(&CTX, &units).unwrap();
     assert_eq!(s.len(), units.len());
-    let best_first = (1..units.len()).max_by(|&a, &b| s[a].first.total_cmp(&s[b].first)).unwrap();
-    let best_last = (0..units.len() - 1).max_by(|&a, &b| s[a].last.total_cmp(&s[b].last)).unwrap();
+    let best_first = (1..units.len())
+        .max_by(|&a, &b| s[a].first.total_cmp(&s[b].first))
+        .unwrap();
+    let best_last = (0..units.len() - 1)
+        .max_by(|&a, &b| s[a].last.total_cmp(&s[b].last))
+        .unwrap();
     assert_eq!(best_first, 4, "{s:?}");
     assert_eq!(best_last, 3, "{s:?}");
     assert!(j.boundaries(&CTX, &[]).unwrap().is_empty());
@@ -214,14 +240,41 @@ fn models_judge_distill_keeps_what_mattered() {
 fn models_judge_relation_restates_vs_contradicts() {
     let j = judge();
     let r = |a: &str, b: &str| j.relation(&CTX, a, b).unwrap();
-    assert_eq!(r("Melanie has two children.", "melanie has two children"), Relation::Restates);
+    assert_eq!(
+        r("Melanie has two children.", "melanie has two children"),
+        Relation::Restates
+    );
     assert_eq!(r("Melanie has 2 kids", "Melanie has two kids"), Relation::Restates);
-    assert_eq!(r("Caroline lives in Boston.", "Caroline lives in Boston now."), Relation::Restates);
-    assert_eq!(r("Melanie has three children.", "Melanie has two children."), Relation::Contradicts);
-    assert_eq!(r("Caroline does not like hiking.", "Caroline likes hiking."), Relation::Contradicts);
-    assert_eq!(r("John ran 5 miles on Monday.", "John ran 10 miles on Monday."), Relation::Contradicts);
+    assert_eq!(
+        r("Caroline lives in Boston.", "Caroline lives in Boston now."),
+        Relation::Restates
+    );
+    assert_eq!(
+        r("Melanie has three children.", "Melanie has two children."),
+        Relation::Contradicts
+    );
+    assert_eq!(
+        r("Caroline does not like hiking.", "Caroline likes hiking."),
+        Relation::Contradicts
+    );
+    assert_eq!(
+        r("John ran 5 miles on Monday.", "John ran 10 miles on Monday."),
+        Relation::Contradicts
+    );
     // Weak evidence is never a contradiction.
-    assert_eq!(r("Caroline likes hiking.", "Melanie bought a new car."), Relation::Unrelated);
-    assert_eq!(r("Caroline is not a fan of jazz.", "Caroline went to the museum on 3 May."), Relation::Unrelated);
-    assert_eq!(r("Melanie paints landscapes.", "Melanie took a pottery class."), Relation::Unrelated);
+    assert_eq!(
+        r("Caroline likes hiking.", "Melanie bought a new car."),
+        Relation::Unrelated
+    );
+    assert_eq!(
+        r(
+            "Caroline is not a fan of jazz.",
+            "Caroline went to the museum on 3 May."
+        ),
+        Relation::Unrelated
+    );
+    assert_eq!(
+        r("Melanie paints landscapes.", "Melanie took a pottery class."),
+        Relation::Unrelated
+    );
 }

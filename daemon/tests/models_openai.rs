@@ -25,7 +25,12 @@ struct Canned {
 }
 
 fn ok(body: Value) -> Canned {
-    Canned { status: 200, headers: vec![], body: body.to_string(), delay: Duration::ZERO }
+    Canned {
+        status: 200,
+        headers: vec![],
+        body: body.to_string(),
+        delay: Duration::ZERO,
+    }
 }
 
 fn status(code: u16, headers: &[(&str, &str)]) -> Canned {
@@ -83,7 +88,11 @@ impl Server {
                 });
             }
         });
-        Server { url, seen, max_in_flight }
+        Server {
+            url,
+            seen,
+            max_in_flight,
+        }
     }
 
     fn seen(&self) -> Vec<Seen> {
@@ -114,10 +123,18 @@ fn serve_one(stream: TcpStream, queue: &Mutex<VecDeque<Canned>>, seen: &Mutex<Ve
     let mut body = vec![0u8; len];
     reader.read_exact(&mut body)?;
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    seen.lock().unwrap().push(Seen { path, authorization, body });
+    seen.lock().unwrap().push(Seen {
+        path,
+        authorization,
+        body,
+    });
     let reply = {
         let mut q = queue.lock().unwrap();
-        if q.len() > 1 { q.pop_front().unwrap() } else { q.front().cloned().expect("a canned reply") }
+        if q.len() > 1 {
+            q.pop_front().unwrap()
+        } else {
+            q.front().cloned().expect("a canned reply")
+        }
     };
     std::thread::sleep(reply.delay);
     let mut out = stream;
@@ -175,7 +192,10 @@ fn models_openai_embeddings_good_answer() {
     }));
     let server = Server::start(vec![reply]);
     let usage = Arc::new(Usage::default());
-    let cfg = EmbedderConfig { api_key_env: Some("RECALLD_TEST_KEY_EMBED".into()), ..embed_cfg(&server.url) };
+    let cfg = EmbedderConfig {
+        api_key_env: Some("RECALLD_TEST_KEY_EMBED".into()),
+        ..embed_cfg(&server.url)
+    };
     let e = OpenAiEmbedder::new(&cfg, usage.clone()).unwrap();
     assert_eq!(e.id().dim, 3);
     assert_eq!(e.id().name, "test-embed");
@@ -197,7 +217,10 @@ fn models_openai_embeddings_probe_dimension_and_reject_wrong_count() {
         ok(json!({"data": [{"index": 0, "embedding": [1.0, 0.0, 0.0, 0.0]}]})),
         ok(json!({"data": [{"index": 0, "embedding": [1.0, 0.0, 0.0, 0.0]}]})),
     ]);
-    let cfg = EmbedderConfig { dim: None, ..embed_cfg(&server.url) };
+    let cfg = EmbedderConfig {
+        dim: None,
+        ..embed_cfg(&server.url)
+    };
     let e = OpenAiEmbedder::new(&cfg, Arc::new(Usage::default())).unwrap();
     assert_eq!(e.id().dim, 4);
     let err = e.embed(&CTX, &["a", "b"]).unwrap_err();
@@ -206,10 +229,18 @@ fn models_openai_embeddings_probe_dimension_and_reject_wrong_count() {
 
 #[test]
 fn models_openai_missing_api_key_env_is_a_config_error() {
-    let cfg = JudgeConfig { api_key_env: Some("RECALLD_TEST_KEY_NOT_SET_ANYWHERE".into()), ..judge_cfg("http://127.0.0.1:9/v1") };
-    let err = OpenAiJudge::new(&cfg, Arc::new(Usage::default())).err().expect("must fail");
+    let cfg = JudgeConfig {
+        api_key_env: Some("RECALLD_TEST_KEY_NOT_SET_ANYWHERE".into()),
+        ..judge_cfg("http://127.0.0.1:9/v1")
+    };
+    let err = OpenAiJudge::new(&cfg, Arc::new(Usage::default()))
+        .err()
+        .expect("must fail");
     let msg = err.to_string();
-    assert!(matches!(err, ModelError::Config(_)) && msg.contains("RECALLD_TEST_KEY_NOT_SET_ANYWHERE"), "{msg}");
+    assert!(
+        matches!(err, ModelError::Config(_)) && msg.contains("RECALLD_TEST_KEY_NOT_SET_ANYWHERE"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -225,15 +256,23 @@ fn models_openai_judge_good_answers() {
     let j = OpenAiJudge::new(&judge_cfg(&server.url), usage.clone()).unwrap();
     assert_eq!(
         j.boundaries(&CTX, &["hello", "bye"]).unwrap(),
-        vec![BoundaryScore { first: 1.0, last: 0.1 }, BoundaryScore { first: 0.2, last: 0.9 }]
+        vec![
+            BoundaryScore { first: 1.0, last: 0.1 },
+            BoundaryScore { first: 0.2, last: 0.9 }
+        ]
     );
     assert_eq!(j.about(&CTX, "fact", &["passage"]).unwrap(), (0.8, true));
-    assert_eq!(j.walk_levels(&CTX, "dialogue", &["f0", "f1"]).unwrap(), vec![WalkLevel::Central, WalkLevel::Unrelated]);
+    assert_eq!(
+        j.walk_levels(&CTX, "dialogue", &["f0", "f1"]).unwrap(),
+        vec![WalkLevel::Central, WalkLevel::Unrelated]
+    );
     assert_eq!(j.distill(&CTX, &["a", "b", "c"], "conversation").unwrap(), vec![0, 2]);
     assert_eq!(j.relation(&CTX, "new", "held").unwrap(), Relation::Contradicts);
     let seen = server.seen();
     assert_eq!(seen.len(), 5);
-    assert!(seen.iter().all(|s| s.path == "/v1/chat/completions" && s.authorization.is_none()));
+    assert!(seen
+        .iter()
+        .all(|s| s.path == "/v1/chat/completions" && s.authorization.is_none()));
     assert_eq!(seen[0].body["model"], "test-judge");
     assert_eq!(seen[0].body["response_format"]["type"], "json_schema");
     assert_eq!(seen[0].body["response_format"]["json_schema"]["name"], "boundaries");
@@ -246,7 +285,10 @@ fn models_openai_judge_good_answers() {
 
 #[test]
 fn models_openai_malformed_then_good_after_retry() {
-    let server = Server::start(vec![chat("sure! the answer is restates"), chat(r#"{"relation": "restates"}"#)]);
+    let server = Server::start(vec![
+        chat("sure! the answer is restates"),
+        chat(r#"{"relation": "restates"}"#),
+    ]);
     let j = OpenAiJudge::new(&judge_cfg(&server.url), Arc::new(Usage::default())).unwrap();
     assert_eq!(j.relation(&CTX, "a", "b").unwrap(), Relation::Restates);
     let seen = server.seen();
@@ -255,13 +297,20 @@ fn models_openai_malformed_then_good_after_retry() {
     let msgs = seen[1].body["messages"].as_array().unwrap();
     assert_eq!(msgs.len(), 4);
     assert_eq!(msgs[2]["content"], "sure! the answer is restates");
-    assert!(msgs[3]["content"].as_str().unwrap().contains("not valid JSON"), "{}", msgs[3]);
+    assert!(
+        msgs[3]["content"].as_str().unwrap().contains("not valid JSON"),
+        "{}",
+        msgs[3]
+    );
 }
 
 #[test]
 fn models_openai_wrong_shape_then_malformed_error() {
     // Valid JSON but the wrong number of entries, twice: a typed error, never a made-up answer.
-    let server = Server::start(vec![chat(r#"{"levels": [{"fact": 0, "level": 2}]}"#), chat(r#"{"levels": [{"fact": 0, "level": 9}, {"fact": 1, "level": 1}]}"#)]);
+    let server = Server::start(vec![
+        chat(r#"{"levels": [{"fact": 0, "level": 2}]}"#),
+        chat(r#"{"levels": [{"fact": 0, "level": 9}, {"fact": 1, "level": 1}]}"#),
+    ]);
     let usage = Arc::new(Usage::default());
     let j = OpenAiJudge::new(&judge_cfg(&server.url), usage.clone()).unwrap();
     let err = j.walk_levels(&CTX, "d", &["a", "b"]).unwrap_err();
@@ -282,12 +331,18 @@ fn models_openai_malformed_twice_is_an_error() {
 
 #[test]
 fn models_openai_429_then_success_honours_retry_after() {
-    let server = Server::start(vec![status(429, &[("Retry-After", "1")]), chat(r#"{"relation": "unrelated"}"#)]);
+    let server = Server::start(vec![
+        status(429, &[("Retry-After", "1")]),
+        chat(r#"{"relation": "unrelated"}"#),
+    ]);
     let j = OpenAiJudge::new(&judge_cfg(&server.url), Arc::new(Usage::default())).unwrap();
     let t = Instant::now();
     assert_eq!(j.relation(&CTX, "a", "b").unwrap(), Relation::Unrelated);
     let took = t.elapsed();
-    assert!(took >= Duration::from_millis(950) && took < Duration::from_secs(4), "{took:?}");
+    assert!(
+        took >= Duration::from_millis(950) && took < Duration::from_secs(4),
+        "{took:?}"
+    );
     assert_eq!(server.seen().len(), 2);
 }
 
@@ -303,22 +358,34 @@ fn models_openai_500_then_success() {
 fn models_openai_retries_are_bounded() {
     // Always 503: retries + 1 attempts, then the HTTP error.
     let server = Server::start(vec![status(503, &[])]);
-    let cfg = JudgeConfig { retries: 2, ..judge_cfg(&server.url) };
+    let cfg = JudgeConfig {
+        retries: 2,
+        ..judge_cfg(&server.url)
+    };
     let j = OpenAiJudge::new(&cfg, Arc::new(Usage::default())).unwrap();
     let err = j.relation(&CTX, "a", "b").unwrap_err();
     assert!(matches!(err, ModelError::Http { status: 503, .. }), "{err}");
     assert!(err.retryable());
     assert_eq!(server.seen().len(), 3);
     // A Retry-After beyond the total wait cap gives up at once.
-    let server = Server::start(vec![status(429, &[("Retry-After", "120")]), chat(r#"{"relation": "unrelated"}"#)]);
+    let server = Server::start(vec![
+        status(429, &[("Retry-After", "120")]),
+        chat(r#"{"relation": "unrelated"}"#),
+    ]);
     let j = OpenAiJudge::new(&judge_cfg(&server.url), Arc::new(Usage::default())).unwrap();
     let t = Instant::now();
-    assert!(matches!(j.relation(&CTX, "a", "b").unwrap_err(), ModelError::Http { status: 429, .. }));
+    assert!(matches!(
+        j.relation(&CTX, "a", "b").unwrap_err(),
+        ModelError::Http { status: 429, .. }
+    ));
     assert!(t.elapsed() < Duration::from_secs(2));
     // A client error is not retried.
     let server = Server::start(vec![status(400, &[])]);
     let j = OpenAiJudge::new(&judge_cfg(&server.url), Arc::new(Usage::default())).unwrap();
-    assert!(matches!(j.relation(&CTX, "a", "b").unwrap_err(), ModelError::Http { status: 400, .. }));
+    assert!(matches!(
+        j.relation(&CTX, "a", "b").unwrap_err(),
+        ModelError::Http { status: 400, .. }
+    ));
     assert_eq!(server.seen().len(), 1);
 }
 
@@ -327,7 +394,10 @@ fn models_openai_slow_reply_hits_the_timeout() {
     let mut slow = chat(r#"{"relation": "unrelated"}"#);
     slow.delay = Duration::from_secs(3);
     let server = Server::start(vec![slow]);
-    let cfg = JudgeConfig { timeout_ms: 300, ..judge_cfg(&server.url) };
+    let cfg = JudgeConfig {
+        timeout_ms: 300,
+        ..judge_cfg(&server.url)
+    };
     let j = OpenAiJudge::new(&cfg, Arc::new(Usage::default())).unwrap();
     let t = Instant::now();
     let err = j.relation(&CTX, "a", "b").unwrap_err();
@@ -341,7 +411,10 @@ fn models_openai_concurrency_is_bounded() {
     let mut slow = chat(r#"{"relation": "unrelated"}"#);
     slow.delay = Duration::from_millis(150);
     let server = Server::start(vec![slow]);
-    let cfg = JudgeConfig { max_concurrency: 2, ..judge_cfg(&server.url) };
+    let cfg = JudgeConfig {
+        max_concurrency: 2,
+        ..judge_cfg(&server.url)
+    };
     let j = Arc::new(OpenAiJudge::new(&cfg, Arc::new(Usage::default())).unwrap());
     let threads: Vec<_> = (0..6)
         .map(|_| {

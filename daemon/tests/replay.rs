@@ -47,7 +47,11 @@ fn bench_dir() -> PathBuf {
 fn text_of(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
-        Value::Array(parts) => parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n"),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
         Value::Null => String::new(),
         other => other.to_string(),
     }
@@ -57,7 +61,11 @@ fn text_of(content: &Value) -> String {
 fn key(m: &Value) -> String {
     let ids: Vec<String> = m["tool_calls"]
         .as_array()
-        .map(|cs| cs.iter().map(|c| format!("{}:{}", c["id"].as_str().unwrap_or(""), c["function"]["arguments"])).collect())
+        .map(|cs| {
+            cs.iter()
+                .map(|c| format!("{}:{}", c["id"].as_str().unwrap_or(""), c["function"]["arguments"]))
+                .collect()
+        })
         .unwrap_or_default();
     format!(
         "{}|{}|{}|{}",
@@ -101,14 +109,19 @@ fn transcript_problems(messages: &[Value]) -> Vec<String> {
 fn non_contiguous(messages: &[Value]) -> usize {
     let mut bad = 0;
     for (i, m) in messages.iter().enumerate() {
-        let Some(calls) = m["tool_calls"].as_array() else { continue };
+        let Some(calls) = m["tool_calls"].as_array() else {
+            continue;
+        };
         let mut j = i + 1;
         let mut seen = std::collections::HashSet::new();
         while j < messages.len() && messages[j]["role"] == "tool" {
             seen.insert(messages[j]["tool_call_id"].as_str().unwrap_or("").to_string());
             j += 1;
         }
-        bad += calls.iter().filter(|c| !seen.contains(c["id"].as_str().unwrap_or(""))).count();
+        bad += calls
+            .iter()
+            .filter(|c| !seen.contains(c["id"].as_str().unwrap_or("")))
+            .count();
     }
     bad
 }
@@ -122,8 +135,14 @@ impl Counter {
         let mut n = self.bpe.encode_ordinary(&text_of(&m["content"])).len() as u64 + 4;
         if let Some(calls) = m["tool_calls"].as_array() {
             for c in calls {
-                n += self.bpe.encode_ordinary(c["function"]["name"].as_str().unwrap_or("")).len() as u64;
-                n += self.bpe.encode_ordinary(c["function"]["arguments"].as_str().unwrap_or("")).len() as u64;
+                n += self
+                    .bpe
+                    .encode_ordinary(c["function"]["name"].as_str().unwrap_or(""))
+                    .len() as u64;
+                n += self
+                    .bpe
+                    .encode_ordinary(c["function"]["arguments"].as_str().unwrap_or(""))
+                    .len() as u64;
             }
         }
         n
@@ -131,7 +150,11 @@ impl Counter {
     /// The current turn: messages since the last user message (included).
     fn current_turn(&self, history: &[Value]) -> u64 {
         let start = history.iter().rposition(|m| m["role"] == "user").unwrap_or(0);
-        history[start..].iter().filter(|m| m["role"] != "system").map(|m| self.message(m)).sum()
+        history[start..]
+            .iter()
+            .filter(|m| m["role"] != "system")
+            .map(|m| self.message(m))
+            .sum()
     }
 }
 
@@ -156,7 +179,11 @@ struct Summary {
 }
 
 fn completion(id: &str, message: Value, prompt_tokens: u64) -> Value {
-    let finish = if message.get("tool_calls").is_some_and(|t| t.is_array()) { "tool_calls" } else { "stop" };
+    let finish = if message.get("tool_calls").is_some_and(|t| t.is_array()) {
+        "tool_calls"
+    } else {
+        "stop"
+    };
     json!({"id": id, "object": "chat.completion", "created": 1_700_000_000, "model": "gpt-4o",
         "choices": [{"index": 0, "finish_reason": finish, "message": message}],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 20, "total_tokens": prompt_tokens + 20}})
@@ -171,8 +198,15 @@ fn note_sentence(history: &[Value], used: usize) -> String {
         .map(|m| text_of(&m["content"]))
         .filter(|t| !t.trim().is_empty())
         .collect();
-    let t = texts.get(used.min(texts.len().saturating_sub(1))).cloned().unwrap_or_else(|| "The conversation began.".into());
-    let sentence = t.split(['.', '\n']).map(str::trim).find(|s| s.len() > 8).unwrap_or(t.trim());
+    let t = texts
+        .get(used.min(texts.len().saturating_sub(1)))
+        .cloned()
+        .unwrap_or_else(|| "The conversation began.".into());
+    let sentence = t
+        .split(['.', '\n'])
+        .map(str::trim)
+        .find(|s| s.len() > 8)
+        .unwrap_or(t.trim());
     sentence.chars().take(200).collect()
 }
 
@@ -199,7 +233,10 @@ fn replay(c: &mut recalld::client::Client, conv: &Value, counter: &Counter, sum:
                 req["tools"] = tools.clone();
             }
             let r = c
-                .call("decorate", json!({"memory": memory, "request": req, "now": now, "ceiling": CEILING}))
+                .call(
+                    "decorate",
+                    json!({"memory": memory, "request": req, "now": now, "ceiling": CEILING}),
+                )
                 .unwrap_or_else(|e| panic!("{id}: decorate failed: {e}"));
             sum.decorates += 1;
             for m in &history {
@@ -208,11 +245,19 @@ fn replay(c: &mut recalld::client::Client, conv: &Value, counter: &Counter, sum:
                 }
             }
             let info = &r["info"];
-            let out = r["request"]["messages"].as_array().unwrap_or_else(|| panic!("{id}: no messages in {}", r["request"]));
+            let out = r["request"]["messages"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{id}: no messages in {}", r["request"]));
             let problems = transcript_problems(out);
-            assert!(problems.is_empty(), "{id} at message {}: invalid transcript: {problems:?}\ninfo: {info}", history.len());
+            assert!(
+                problems.is_empty(),
+                "{id} at message {}: invalid transcript: {problems:?}\ninfo: {info}",
+                history.len()
+            );
             sum.non_contiguous += non_contiguous(out);
-            let request_tokens = info["request_tokens"].as_u64().unwrap_or_else(|| panic!("{id}: no request_tokens in {info}"));
+            let request_tokens = info["request_tokens"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{id}: no request_tokens in {info}"));
             let fixed = info["fixed"].as_u64().unwrap();
             let turn = counter.current_turn(&history);
             sum.max_request_tokens = sum.max_request_tokens.max(request_tokens);
@@ -232,17 +277,26 @@ fn replay(c: &mut recalld::client::Client, conv: &Value, counter: &Counter, sum:
             } else {
                 sum.turn_did_not_fit += 1;
             }
-            let has_note_tool = r["request"]["tools"]
-                .as_array()
-                .is_some_and(|ts| ts.iter().any(|t| t["function"]["name"] == "note" || t["name"] == "note"));
-            assert_eq!(has_note_tool, info["note_ask"] == true, "{id}: note tool and info.note_ask disagree: {info}");
+            let has_note_tool = r["request"]["tools"].as_array().is_some_and(|ts| {
+                ts.iter()
+                    .any(|t| t["function"]["name"] == "note" || t["name"] == "note")
+            });
+            assert_eq!(
+                has_note_tool,
+                info["note_ask"] == true,
+                "{id}: note tool and info.note_ask disagree: {info}"
+            );
             if !has_note_tool {
                 break;
             }
             // A note ask: the model answers with a note call only.
             asks += 1;
             sum.note_asks += 1;
-            assert!(asks <= MAX_ASKS_PER_STEP, "{id}: {asks} note asks in a row at message {}: {info}", history.len());
+            assert!(
+                asks <= MAX_ASKS_PER_STEP,
+                "{id}: {asks} note asks in a row at message {}: {info}",
+                history.len()
+            );
             let sentence = note_sentence(&history, notes_used);
             notes_used += 1;
             let args = json!({"notes": [{"note": sentence, "subject": "customer", "object": format!("topic {notes_used}"), "milestone": false}]});
@@ -253,7 +307,10 @@ fn replay(c: &mut recalld::client::Client, conv: &Value, counter: &Counter, sum:
                 .call("report", json!({"memory": memory, "response": completion(&call_id, reply_msg.clone(), request_tokens), "now": now}))
                 .unwrap_or_else(|e| panic!("{id}: report of a note failed: {e}"));
             sum.reports += 1;
-            assert_eq!(rep["again"], true, "{id}: a reply holding only a note call must give again: true: {rep}");
+            assert_eq!(
+                rep["again"], true,
+                "{id}: a reply holding only a note call must give again: true: {rep}"
+            );
             sent.push(reply_msg);
             now += 1.0;
         }
@@ -267,9 +324,15 @@ fn replay(c: &mut recalld::client::Client, conv: &Value, counter: &Counter, sum:
         sent.push(msg.clone());
     }
     // Lossless export.
-    let export = c.call("export", json!({"memory": memory})).unwrap_or_else(|e| panic!("{id}: export failed: {e}"));
-    let stored: std::collections::HashSet<String> =
-        export["messages"].as_array().unwrap().iter().map(|m| key(&m["message"])).collect();
+    let export = c
+        .call("export", json!({"memory": memory}))
+        .unwrap_or_else(|e| panic!("{id}: export failed: {e}"));
+    let stored: std::collections::HashSet<String> = export["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| key(&m["message"]))
+        .collect();
     for m in &sent {
         if m["role"] == "system" {
             if stored.contains(&key(m)) {
@@ -277,7 +340,10 @@ fn replay(c: &mut recalld::client::Client, conv: &Value, counter: &Counter, sum:
             }
             continue;
         }
-        assert!(stored.contains(&key(m)), "{id}: export lost a message the client sent: {m}");
+        assert!(
+            stored.contains(&key(m)),
+            "{id}: export lost a message the client sent: {m}"
+        );
     }
     for e in export["episodes"].as_array().unwrap() {
         match e["state"].as_str().unwrap_or("") {
@@ -296,9 +362,15 @@ fn agent_traces_replay_within_the_ceiling_with_valid_transcripts_and_lossless_ex
     let path = bench_dir().join("agent-traces-dev.jsonl");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("bench data {} is required (set RECALLD_BENCH_DIR): {e}", path.display()));
-    let convs: Vec<Value> = text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let convs: Vec<Value> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(convs.len(), 111, "expected 100 tau-bench + 11 SWE-agent conversations");
-    let counter = Counter { bpe: tiktoken_rs::cl100k_base().unwrap() };
+    let counter = Counter {
+        bpe: tiktoken_rs::cl100k_base().unwrap(),
+    };
     let d = match std::env::var_os("RECALLD_REPLAY_BIN") {
         Some(bin) if !bin.is_empty() => {
             let dir = tempfile::tempdir().unwrap();
@@ -317,7 +389,12 @@ fn agent_traces_replay_within_the_ceiling_with_valid_transcripts_and_lossless_ex
                 .spawn()
                 .unwrap();
             util::wait_for_socket(&socket, &mut child);
-            Daemon { child: Some(child), dir, socket, data }
+            Daemon {
+                child: Some(child),
+                dir,
+                socket,
+                data,
+            }
         }
         _ => Daemon::start(),
     };
@@ -345,12 +422,26 @@ fn agent_traces_replay_within_the_ceiling_with_valid_transcripts_and_lossless_ex
             }
         })
         .collect();
-    eprintln!("replaying {} of {} conversations{}", chosen.len(), convs.len(), if all { "" } else { " (sample; RECALLD_REPLAY_ALL=1 for all)" });
+    eprintln!(
+        "replaying {} of {} conversations{}",
+        chosen.len(),
+        convs.len(),
+        if all {
+            ""
+        } else {
+            " (sample; RECALLD_REPLAY_ALL=1 for all)"
+        }
+    );
     for conv in chosen {
         let t = Instant::now();
         let before = sum.decorates;
         replay(&mut c, conv, &counter, &mut sum);
-        eprintln!("replayed {} ({} decorates) in {:.2} s", conv["id"], sum.decorates - before, t.elapsed().as_secs_f64());
+        eprintln!(
+            "replayed {} ({} decorates) in {:.2} s",
+            conv["id"],
+            sum.decorates - before,
+            t.elapsed().as_secs_f64()
+        );
     }
     eprintln!(
         "replay: {} conversations in {:.1} s; {} decorates, {} reports, {} note asks; episodes: {} sealed, {} forgotten, \
@@ -375,6 +466,9 @@ fn agent_traces_replay_within_the_ceiling_with_valid_transcripts_and_lossless_ex
         sum.non_contiguous,
         sum.system_in_export,
     );
-    assert!(sum.note_asks > 0, "a 4,000-token ceiling over these traces must ask for notes");
+    assert!(
+        sum.note_asks > 0,
+        "a 4,000-token ceiling over these traces must ask for notes"
+    );
     assert!(sum.sealed + sum.forgotten > 0, "some episodes must seal");
 }

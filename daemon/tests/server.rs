@@ -12,14 +12,19 @@ use util::{code, Daemon};
 fn hello_negotiates_a_version_and_lists_limits() {
     let d = Daemon::start();
     let mut c = d.client();
-    let hello = c.call("hello", json!({"min_version": 1, "max_version": 3, "client": "test"})).unwrap();
+    let hello = c
+        .call("hello", json!({"min_version": 1, "max_version": 3, "client": "test"}))
+        .unwrap();
     assert_eq!(hello["protocol_version"], 1);
     assert_eq!(hello["server"], "recalld");
     assert_eq!(hello["limits"]["max_frame_bytes"], 64 * 1024 * 1024);
     assert_eq!(hello["limits"]["max_memory_id_bytes"], 256);
     let caps: Vec<String> = serde_json::from_value(hello["capabilities"].clone()).unwrap();
     assert!(caps.contains(&"decorate".to_string()));
-    assert_eq!(code(c.call("hello", json!({"min_version": 2, "max_version": 3}))), "version_unsupported");
+    assert_eq!(
+        code(c.call("hello", json!({"min_version": 2, "max_version": 3}))),
+        "version_unsupported"
+    );
 }
 
 #[test]
@@ -27,7 +32,10 @@ fn ping_echoes_its_payload() {
     let d = Daemon::start();
     let mut c = d.client();
     let payload = json!({"s": "héllo ✓", "n": -5, "f": 0.5, "l": [null, true, {"x": []}]});
-    assert_eq!(c.call("ping", json!({"payload": payload.clone()})).unwrap(), json!({"payload": payload}));
+    assert_eq!(
+        c.call("ping", json!({"payload": payload.clone()})).unwrap(),
+        json!({"payload": payload})
+    );
 }
 
 #[test]
@@ -45,13 +53,28 @@ fn bad_input_gets_stable_codes_and_the_connection_goes_on() {
     c.send_raw_body(&rmp_serde::to_vec(&json!([1, 2, 3])).unwrap()).unwrap();
     assert_eq!(c.recv().unwrap().err.unwrap().code.as_str(), "malformed_frame");
     assert_eq!(code(c.call("no_such_op", json!({}))), "unknown_op");
-    assert_eq!(code(c.call("decorate", json!({"memory": 5, "request": {}}))), "invalid_argument");
+    assert_eq!(
+        code(c.call("decorate", json!({"memory": 5, "request": {}}))),
+        "invalid_argument"
+    );
     assert_eq!(code(c.call("decorate", json!({"memory": "m"}))), "invalid_argument");
-    assert_eq!(code(c.call("decorate", json!({"memory": "", "request": {"messages": []}}))), "invalid_argument");
+    assert_eq!(
+        code(c.call("decorate", json!({"memory": "", "request": {"messages": []}}))),
+        "invalid_argument"
+    );
     let long = "x".repeat(300);
-    assert_eq!(code(c.call("decorate", json!({"memory": long, "request": {"messages": []}}))), "invalid_argument");
-    assert_eq!(code(c.call("decorate", json!({"memory": "m", "request": {"messages": "nope"}}))), "invalid_argument");
-    assert_eq!(code(c.call("report", json!({"memory": "m", "response": 3}))), "invalid_argument");
+    assert_eq!(
+        code(c.call("decorate", json!({"memory": long, "request": {"messages": []}}))),
+        "invalid_argument"
+    );
+    assert_eq!(
+        code(c.call("decorate", json!({"memory": "m", "request": {"messages": "nope"}}))),
+        "invalid_argument"
+    );
+    assert_eq!(
+        code(c.call("report", json!({"memory": "m", "response": 3}))),
+        "invalid_argument"
+    );
     assert_eq!(code(c.call("export", json!({"memory": "never-seen"}))), "not_found");
     // After all that, the same connection still works.
     assert_eq!(c.call("ping", json!({"payload": 1})).unwrap()["payload"], 1);
@@ -69,7 +92,10 @@ fn a_truncated_frame_harms_no_other_connection() {
         let mut s = std::os::unix::net::UnixStream::connect(&d.socket).unwrap();
         s.write_all(&[0x12, 0x34]).unwrap(); // half a header
     }
-    assert_eq!(other.call("ping", json!({"payload": "still here"})).unwrap()["payload"], "still here");
+    assert_eq!(
+        other.call("ping", json!({"payload": "still here"})).unwrap()["payload"],
+        "still here"
+    );
     assert_eq!(d.client().call("health", json!({})).unwrap()["status"], "ok");
 }
 
@@ -100,28 +126,59 @@ fn decorate_stores_only_the_new_tail_and_export_returns_everything() {
     let mut c = d.client();
     let sys = json!({"role": "system", "content": "Be brief."});
     let u1 = json!({"role": "user", "content": "What is the capital of France?"});
-    let r1 = c.call("decorate", json!({"memory": "m1", "request": chat(json!([sys, u1])), "now": 1000.0})).unwrap();
-    assert_eq!(r1["request"], chat(json!([sys, u1])), "request passes through unchanged for now");
+    let r1 = c
+        .call(
+            "decorate",
+            json!({"memory": "m1", "request": chat(json!([sys, u1])), "now": 1000.0}),
+        )
+        .unwrap();
+    assert_eq!(
+        r1["request"],
+        chat(json!([sys, u1])),
+        "request passes through unchanged for now"
+    );
     assert_eq!(r1["info"]["stored"], 1);
     let reply = json!({"id": "c1", "object": "chat.completion", "model": "gpt-4o",
         "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "Paris."}}],
         "usage": {"prompt_tokens": 20, "completion_tokens": 2, "total_tokens": 22}});
-    let rep = c.call("report", json!({"memory": "m1", "response": reply.clone(), "now": 1001.0})).unwrap();
+    let rep = c
+        .call(
+            "report",
+            json!({"memory": "m1", "response": reply.clone(), "now": 1001.0}),
+        )
+        .unwrap();
     assert_eq!(rep["response"], reply);
     assert_eq!(rep["again"], false);
     // The client resends its whole history plus one new message.
     let a1 = json!({"role": "assistant", "content": "Paris."});
     let u2 = json!({"role": "user", "content": "And of Spain?"});
-    let r2 = c.call("decorate", json!({"memory": "m1", "request": chat(json!([sys, u1, a1, u2])), "now": 1002.0})).unwrap();
+    let r2 = c
+        .call(
+            "decorate",
+            json!({"memory": "m1", "request": chat(json!([sys, u1, a1, u2])), "now": 1002.0}),
+        )
+        .unwrap();
     assert_eq!(r2["info"]["stored"], 1, "{}", r2["info"]);
     // dry_run stores nothing.
     let u3 = json!({"role": "user", "content": "And of Italy?"});
-    let r3 = c.call("decorate", json!({"memory": "m1", "dry_run": true, "request": chat(json!([sys, u1, a1, u2, u3]))})).unwrap();
+    let r3 = c
+        .call(
+            "decorate",
+            json!({"memory": "m1", "dry_run": true, "request": chat(json!([sys, u1, a1, u2, u3]))}),
+        )
+        .unwrap();
     assert_eq!(r3["info"]["stored"], 1);
     let export = c.call("export", json!({"memory": "m1"})).unwrap();
     let messages = export["messages"].as_array().unwrap();
     let texts: Vec<&Value> = messages.iter().map(|m| &m["message"]["content"]).collect();
-    assert_eq!(texts, vec![&json!("What is the capital of France?"), &json!("Paris."), &json!("And of Spain?")]);
+    assert_eq!(
+        texts,
+        vec![
+            &json!("What is the capital of France?"),
+            &json!("Paris."),
+            &json!("And of Spain?")
+        ]
+    );
     assert_eq!(messages[0]["turn"], 1);
     assert_eq!(messages[2]["turn"], 2);
     assert_eq!(messages[1]["source"], "reply");
@@ -134,9 +191,15 @@ fn an_edited_history_supersedes_but_never_deletes() {
     let u1 = json!({"role": "user", "content": "one"});
     let a1 = json!({"role": "assistant", "content": "two"});
     let u2 = json!({"role": "user", "content": "three"});
-    c.call("decorate", json!({"memory": "e", "request": chat(json!([u1, a1, u2]))})).unwrap();
+    c.call("decorate", json!({"memory": "e", "request": chat(json!([u1, a1, u2]))}))
+        .unwrap();
     let u2b = json!({"role": "user", "content": "three, edited"});
-    let r = c.call("decorate", json!({"memory": "e", "request": chat(json!([u1, a1, u2b]))})).unwrap();
+    let r = c
+        .call(
+            "decorate",
+            json!({"memory": "e", "request": chat(json!([u1, a1, u2b]))}),
+        )
+        .unwrap();
     assert_eq!(r["info"]["aligned"], "edit");
     let export = c.call("export", json!({"memory": "e"})).unwrap();
     let messages = export["messages"].as_array().unwrap();
@@ -153,7 +216,9 @@ fn responses_requests_are_accepted() {
         {"role": "user", "content": "look it up"},
         {"type": "function_call", "call_id": "fc1", "name": "lookup", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "fc1", "output": "42"}]});
-    let r = c.call("decorate", json!({"memory": "r", "request": req.clone()})).unwrap();
+    let r = c
+        .call("decorate", json!({"memory": "r", "request": req.clone()}))
+        .unwrap();
     assert_eq!(r["request"], req);
     assert_eq!(r["info"]["stored"], 3);
 }
@@ -178,7 +243,13 @@ fn a_stale_socket_is_replaced() {
     drop(std::os::unix::net::UnixListener::bind(&socket).unwrap()); // leaves the file, nobody listening
     assert!(socket.exists());
     let mut child = std::process::Command::new(util::bin())
-        .args(["serve", "--socket", socket.to_str().unwrap(), "--data", dir.path().join("d").to_str().unwrap()])
+        .args([
+            "serve",
+            "--socket",
+            socket.to_str().unwrap(),
+            "--data",
+            dir.path().join("d").to_str().unwrap(),
+        ])
         .env("RECALLD_LOG", "warn")
         .env("RECALLD_MODEL_DIR", util::model_dir())
         .stdout(std::process::Stdio::null())
@@ -195,7 +266,11 @@ fn a_stale_socket_is_replaced() {
 fn sigterm_exits_cleanly_and_data_survives_a_restart() {
     let mut d = Daemon::start();
     let mut c = d.client();
-    c.call("decorate", json!({"memory": "keep", "request": chat(json!([{"role": "user", "content": "remember me"}]))})).unwrap();
+    c.call(
+        "decorate",
+        json!({"memory": "keep", "request": chat(json!([{"role": "user", "content": "remember me"}]))}),
+    )
+    .unwrap();
     drop(c);
     assert_eq!(d.stop(), Some(0));
     assert!(!d.socket.exists(), "socket file removed on exit");
@@ -210,7 +285,13 @@ fn unknown_config_keys_are_refused_at_start() {
     let cfg = dir.path().join("bad.toml");
     std::fs::write(&cfg, "max_frame_byte = 10\n").unwrap();
     let out = std::process::Command::new(util::bin())
-        .args(["serve", "--config", cfg.to_str().unwrap(), "--socket", dir.path().join("s").to_str().unwrap()])
+        .args([
+            "serve",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--socket",
+            dir.path().join("s").to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -221,7 +302,11 @@ fn unknown_config_keys_are_refused_at_start() {
 fn stats_count_requests_and_stored_messages() {
     let d = Daemon::start();
     let mut c = d.client();
-    c.call("decorate", json!({"memory": "s", "request": chat(json!([{"role": "user", "content": "hi"}]))})).unwrap();
+    c.call(
+        "decorate",
+        json!({"memory": "s", "request": chat(json!([{"role": "user", "content": "hi"}]))}),
+    )
+    .unwrap();
     let stats = c.call("stats", json!({})).unwrap();
     assert_eq!(stats["memories"], 1);
     assert_eq!(stats["messages"], 1);
@@ -234,13 +319,20 @@ fn provider_side_history_is_detected_and_left_as_sent() {
     let mut c = d.client();
     let req = json!({"model": "gpt-4.1", "previous_response_id": "resp_1",
         "input": [{"role": "user", "content": "and then?"}]});
-    let r = c.call("decorate", json!({"memory": "p", "request": req.clone()})).unwrap();
+    let r = c
+        .call("decorate", json!({"memory": "p", "request": req.clone()}))
+        .unwrap();
     assert_eq!(r["info"]["provider_history"], "previous_response_id");
     assert_eq!(r["request"], req);
     let req2 = json!({"model": "gpt-4.1", "previous_response_id": "resp_2",
         "input": [{"role": "user", "content": "next"}]});
-    let r2 = c.call("decorate", json!({"memory": "p", "request": req2.clone()})).unwrap();
-    assert_eq!(r2["request"], req2, "earlier stored turns are not re-sent: the provider has them");
+    let r2 = c
+        .call("decorate", json!({"memory": "p", "request": req2.clone()}))
+        .unwrap();
+    assert_eq!(
+        r2["request"], req2,
+        "earlier stored turns are not re-sent: the provider has them"
+    );
 }
 
 #[test]
@@ -248,9 +340,21 @@ fn instructions_are_kept_with_every_version_in_export() {
     let d = Daemon::start();
     let mut c = d.client();
     let u = json!({"role": "user", "content": "hi"});
-    c.call("decorate", json!({"memory": "i", "request": chat(json!([{"role": "system", "content": "v1"}, u]))})).unwrap();
-    c.call("decorate", json!({"memory": "i", "request": chat(json!([{"role": "system", "content": "v1"}, u]))})).unwrap();
-    c.call("decorate", json!({"memory": "i", "request": chat(json!([{"role": "system", "content": "v2"}, u]))})).unwrap();
+    c.call(
+        "decorate",
+        json!({"memory": "i", "request": chat(json!([{"role": "system", "content": "v1"}, u]))}),
+    )
+    .unwrap();
+    c.call(
+        "decorate",
+        json!({"memory": "i", "request": chat(json!([{"role": "system", "content": "v1"}, u]))}),
+    )
+    .unwrap();
+    c.call(
+        "decorate",
+        json!({"memory": "i", "request": chat(json!([{"role": "system", "content": "v2"}, u]))}),
+    )
+    .unwrap();
     let export = c.call("export", json!({"memory": "i"})).unwrap();
     let versions = export["record"]["instructions"].as_array().unwrap();
     assert_eq!(versions.len(), 2);
@@ -262,26 +366,37 @@ fn instructions_are_kept_with_every_version_in_export() {
 fn the_providers_token_count_corrects_our_estimate_and_implausible_ones_are_ignored() {
     let d = Daemon::start();
     let mut c = d.client();
-    let mut history = vec![json!({"role": "user", "content": "Summarise the quarterly numbers for the board, please."})];
+    let mut history =
+        vec![json!({"role": "user", "content": "Summarise the quarterly numbers for the board, please."})];
     let reply_with = |prompt_tokens: u64, text: &str| {
         json!({"id": "r", "object": "chat.completion", "model": "gpt-4o",
             "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 5, "total_tokens": prompt_tokens + 5}})
     };
-    let out = c.call("decorate", json!({"memory": "ratio", "request": chat(json!(history))})).unwrap();
+    let out = c
+        .call("decorate", json!({"memory": "ratio", "request": chat(json!(history))}))
+        .unwrap();
     assert!(out["info"]["ratio"].is_null(), "no ratio before any reply");
     let estimate = out["info"]["request_tokens"].as_u64().unwrap();
     let ours = (estimate as f64 * 1.25).round() as u64;
-    c.call("report", json!({"memory": "ratio", "response": reply_with(ours, "Revenue grew 4%.")})).unwrap();
+    c.call(
+        "report",
+        json!({"memory": "ratio", "response": reply_with(ours, "Revenue grew 4%.")}),
+    )
+    .unwrap();
     history.push(json!({"role": "assistant", "content": "Revenue grew 4%."}));
     history.push(json!({"role": "user", "content": "And costs?"}));
-    let out = c.call("decorate", json!({"memory": "ratio", "request": chat(json!(history))})).unwrap();
+    let out = c
+        .call("decorate", json!({"memory": "ratio", "request": chat(json!(history))}))
+        .unwrap();
     let ratio = out["info"]["ratio"].as_f64().unwrap();
     assert!((ratio - ours as f64 / estimate as f64).abs() < 1e-9, "ratio {ratio}");
     // A reply whose count is far off (e.g. reported out of order) is not learned from.
     c.call("report", json!({"memory": "ratio", "response": reply_with(out["info"]["request_tokens"].as_u64().unwrap() * 10, "Flat.")})).unwrap();
     history.push(json!({"role": "assistant", "content": "Flat."}));
     history.push(json!({"role": "user", "content": "Thanks."}));
-    let out = c.call("decorate", json!({"memory": "ratio", "request": chat(json!(history))})).unwrap();
+    let out = c
+        .call("decorate", json!({"memory": "ratio", "request": chat(json!(history))}))
+        .unwrap();
     assert_eq!(out["info"]["ratio"].as_f64().unwrap(), ratio);
 }

@@ -28,11 +28,19 @@ pub struct Reply {
 
 impl Reply {
     pub fn ok(id: u64, value: Value) -> Self {
-        Reply { id, ok: Some(value), err: None }
+        Reply {
+            id,
+            ok: Some(value),
+            err: None,
+        }
     }
 
     pub fn err(id: u64, err: ErrorBody) -> Self {
-        Reply { id, ok: None, err: Some(err) }
+        Reply {
+            id,
+            ok: None,
+            err: Some(err),
+        }
     }
 }
 
@@ -45,9 +53,17 @@ pub struct BadRequest {
 
 /// Decodes one request body. Unknown envelope fields are ignored.
 pub fn decode_request(body: &[u8]) -> Result<Request, BadRequest> {
-    let bad = |id: u64, code: ErrorCode, msg: String| BadRequest { id, error: ErrorBody::new(code, msg) };
-    let value: Value = rmp_serde::from_slice(body)
-        .map_err(|e| bad(0, ErrorCode::MalformedFrame, format!("body is not a messagepack map: {e}")))?;
+    let bad = |id: u64, code: ErrorCode, msg: String| BadRequest {
+        id,
+        error: ErrorBody::new(code, msg),
+    };
+    let value: Value = rmp_serde::from_slice(body).map_err(|e| {
+        bad(
+            0,
+            ErrorCode::MalformedFrame,
+            format!("body is not a messagepack map: {e}"),
+        )
+    })?;
     let Value::Object(mut map) = value else {
         return Err(bad(0, ErrorCode::MalformedFrame, "body is not a map".into()));
     };
@@ -112,7 +128,7 @@ mod tests {
     #[test]
     fn bad_envelopes_name_the_id_when_they_can() {
         let cases = [
-            (vec![0xc1], 0),                                   // never-used msgpack byte
+            (vec![0xc1], 0),                                    // never-used msgpack byte
             (pack(&json!([1, 2])), 0),                          // not a map
             (pack(&json!({"op": "ping"})), 0),                  // no id
             (pack(&json!({"id": -1, "op": "ping"})), 0),        // negative id
@@ -133,6 +149,9 @@ mod tests {
         assert_eq!(v, json!({"id": 3, "ok": {"pong": true}}));
         let err = encode_reply(&Reply::err(4, ErrorBody::new(ErrorCode::Timeout, "slow")));
         let v: Value = rmp_serde::from_slice(&err).unwrap();
-        assert_eq!(v, json!({"id": 4, "err": {"code": "timeout", "message": "slow", "retryable": true}}));
+        assert_eq!(
+            v,
+            json!({"id": 4, "err": {"code": "timeout", "message": "slow", "retryable": true}})
+        );
     }
 }

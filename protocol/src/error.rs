@@ -86,7 +86,11 @@ pub struct ErrorBody {
 
 impl ErrorBody {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        ErrorBody { code, message: message.into(), retryable: code.retryable() }
+        ErrorBody {
+            code,
+            message: message.into(),
+            retryable: code.retryable(),
+        }
     }
 }
 

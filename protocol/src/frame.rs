@@ -35,7 +35,10 @@ pub struct FrameDecoder {
 
 impl FrameDecoder {
     pub fn new(max_frame_bytes: usize) -> Self {
-        FrameDecoder { max: max_frame_bytes, skipping: 0 }
+        FrameDecoder {
+            max: max_frame_bytes,
+            skipping: 0,
+        }
     }
 
     pub fn max_frame_bytes(&self) -> usize {

@@ -34,8 +34,7 @@ fn json_and_msgpack_twins_agree_byte_for_byte() {
         if update {
             std::fs::write(&msgpack_path, &encoded).unwrap();
         }
-        let bytes = std::fs::read(&msgpack_path)
-            .unwrap_or_else(|e| panic!("{name}: {e} (run with UPDATE_VECTORS=1)"));
+        let bytes = std::fs::read(&msgpack_path).unwrap_or_else(|e| panic!("{name}: {e} (run with UPDATE_VECTORS=1)"));
         assert_eq!(encoded, bytes, "{name}: encoding differs from the checked-in twin");
         let decoded: Value = rmp_serde::from_slice(&bytes).unwrap();
         assert_eq!(decoded, json, "{name}: decoding differs from the JSON twin");

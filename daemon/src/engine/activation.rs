@@ -29,7 +29,11 @@ pub fn significance<'a>(traces: impl IntoIterator<Item = &'a Trace>) -> f64 {
 /// A fact's activation: its own counted traces, plus the moment it was written.
 pub fn fact_activation<'a>(fact: &Fact, traces: impl IntoIterator<Item = &'a Trace>, now: f64) -> f64 {
     faded(1.0, fact.at, now)
-        + traces.into_iter().filter(|t| t.counted && t.fact == Some(fact.n)).map(|t| faded(t.score, t.at, now)).sum::<f64>()
+        + traces
+            .into_iter()
+            .filter(|t| t.counted && t.fact == Some(fact.n))
+            .map(|t| faded(t.score, t.at, now))
+            .sum::<f64>()
 }
 
 #[cfg(test)]
@@ -38,7 +42,15 @@ mod tests {
     use crate::engine::records::TraceKind;
 
     fn trace(at: f64, score: f64, counted: bool) -> Trace {
-        Trace { episode: 0, n: 0, kind: TraceKind::Fact, at, score, counted, fact: None }
+        Trace {
+            episode: 0,
+            n: 0,
+            kind: TraceKind::Fact,
+            at,
+            score,
+            counted,
+            fact: None,
+        }
     }
 
     #[test]

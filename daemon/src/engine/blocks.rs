@@ -4,26 +4,39 @@
 
 use super::records::Fact;
 
-pub const FACTS_HEADER: &str = "Recorded facts from compacted history, most relevant first, entities in brackets. Their turns are out of view.";
+pub const FACTS_HEADER: &str =
+    "Recorded facts from compacted history, most relevant first, entities in brackets. Their turns are out of view.";
 pub const NOTE_ASK_HEADER_PREFIX: &str = "History from turn";
 
 /// Whether a system/developer message's text is one of our blocks.
 pub fn is_our_block(text: &str) -> bool {
-    text.starts_with(FACTS_HEADER) || (text.starts_with(NOTE_ASK_HEADER_PREFIX) && text.contains("is leaving live context"))
+    text.starts_with(FACTS_HEADER)
+        || (text.starts_with(NOTE_ASK_HEADER_PREFIX) && text.contains("is leaving live context"))
 }
 
 /// The facts block: facts (most active first) then milestones, each with its two entities.
 pub fn facts_block(facts: &[&Fact]) -> Option<String> {
     let line = |f: &Fact| {
-        let entities: Vec<&str> = [f.subject.as_str(), f.object.as_str()].into_iter().filter(|e| !e.is_empty()).collect();
+        let entities: Vec<&str> = [f.subject.as_str(), f.object.as_str()]
+            .into_iter()
+            .filter(|e| !e.is_empty())
+            .collect();
         if entities.is_empty() {
             format!("- {}", f.note)
         } else {
             format!("- {} [{}]", f.note, entities.join(", "))
         }
     };
-    let plain: Vec<String> = facts.iter().filter(|f| !f.milestone && !f.note.is_empty()).map(|f| line(f)).collect();
-    let milestones: Vec<String> = facts.iter().filter(|f| f.milestone && !f.note.is_empty()).map(|f| line(f)).collect();
+    let plain: Vec<String> = facts
+        .iter()
+        .filter(|f| !f.milestone && !f.note.is_empty())
+        .map(|f| line(f))
+        .collect();
+    let milestones: Vec<String> = facts
+        .iter()
+        .filter(|f| f.milestone && !f.note.is_empty())
+        .map(|f| line(f))
+        .collect();
     if plain.is_empty() && milestones.is_empty() {
         return None;
     }

@@ -64,11 +64,26 @@ pub fn recent(history: &[&StoredMessage], current_turn: u64, tokens: impl Fn(&St
     if batch > 0 {
         tool_batches.push((current_turn.saturating_sub(1), batch));
     }
-    let recent_turns = turn_sizes.iter().rev().take(TURNS_FOR_TOOL_BATCH).map(|(t, _)| *t).min().unwrap_or(0);
+    let recent_turns = turn_sizes
+        .iter()
+        .rev()
+        .take(TURNS_FOR_TOOL_BATCH)
+        .map(|(t, _)| *t)
+        .min()
+        .unwrap_or(0);
     Recent {
-        turn_sizes: turn_sizes.iter().rev().take(TURNS_FOR_TYPICAL).map(|(_, s)| *s).collect(),
+        turn_sizes: turn_sizes
+            .iter()
+            .rev()
+            .take(TURNS_FOR_TYPICAL)
+            .map(|(_, s)| *s)
+            .collect(),
         reply_sizes: reply_sizes.into_iter().rev().take(TURNS_FOR_TYPICAL).collect(),
-        tool_batches: tool_batches.into_iter().filter(|(t, _)| *t >= recent_turns).map(|(_, b)| b).collect(),
+        tool_batches: tool_batches
+            .into_iter()
+            .filter(|(t, _)| *t >= recent_turns)
+            .map(|(_, b)| b)
+            .collect(),
     }
 }
 
@@ -87,8 +102,17 @@ pub fn budget(ceiling: u64, fixed: u64, recent: &Recent, max_output: Option<u64>
     let reply = max_output.unwrap_or_else(|| median(&recent.reply_sizes).unwrap_or(DEFAULT_REPLY));
     let room = recent.tool_batches.iter().copied().max().unwrap_or(0) + reply;
     let history = ceiling.saturating_sub(fixed).saturating_sub(room);
-    let landing = (history / 2).min(history.saturating_sub(2 * typical_turn)).max(current_turn);
-    Budget { ceiling, fixed, room, history, landing, typical_turn }
+    let landing = (history / 2)
+        .min(history.saturating_sub(2 * typical_turn))
+        .max(current_turn);
+    Budget {
+        ceiling,
+        fixed,
+        room,
+        history,
+        landing,
+        typical_turn,
+    }
 }
 
 #[cfg(test)]
@@ -97,7 +121,11 @@ mod tests {
 
     #[test]
     fn landing_is_half_the_budget_when_two_turns_fit_above_it() {
-        let r = Recent { turn_sizes: vec![100; 5], reply_sizes: vec![50], tool_batches: vec![] };
+        let r = Recent {
+            turn_sizes: vec![100; 5],
+            reply_sizes: vec![50],
+            tool_batches: vec![],
+        };
         let b = budget(10_000, 1_000, &r, None, 100);
         assert_eq!(b.room, 50);
         assert_eq!(b.history, 8_950);
@@ -106,7 +134,11 @@ mod tests {
 
     #[test]
     fn landing_drops_so_two_typical_turns_fit() {
-        let r = Recent { turn_sizes: vec![3_000; 5], reply_sizes: vec![], tool_batches: vec![1_000] };
+        let r = Recent {
+            turn_sizes: vec![3_000; 5],
+            reply_sizes: vec![],
+            tool_batches: vec![1_000],
+        };
         let b = budget(12_000, 0, &r, Some(1_000), 10);
         assert_eq!(b.history, 10_000);
         assert_eq!(b.landing, 4_000);
@@ -114,7 +146,11 @@ mod tests {
 
     #[test]
     fn landing_never_below_the_current_turn() {
-        let r = Recent { turn_sizes: vec![], reply_sizes: vec![], tool_batches: vec![] };
+        let r = Recent {
+            turn_sizes: vec![],
+            reply_sizes: vec![],
+            tool_batches: vec![],
+        };
         let b = budget(4_000, 500, &r, None, 3_000);
         assert_eq!(b.landing, 3_000);
     }

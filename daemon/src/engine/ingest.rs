@@ -9,6 +9,8 @@
 
 use recalld_protocol::ops::HistoryMode;
 
+use super::records;
+use super::state::State;
 use crate::formats::Message;
 
 /// What ingesting a request will do.
@@ -22,13 +24,12 @@ pub struct Plan {
     pub aligned: &'static str,
 }
 
-pub fn plan(
-    existed: bool,
-    stored_fp: &[u64],
-    incoming: &[Message],
-    mode: HistoryMode,
-) -> Plan {
-    let make = |supersede_from, new: &[Message], aligned| Plan { supersede_from, new: new.to_vec(), aligned };
+pub fn plan(existed: bool, stored_fp: &[u64], incoming: &[Message], mode: HistoryMode) -> Plan {
+    let make = |supersede_from, new: &[Message], aligned| Plan {
+        supersede_from,
+        new: new.to_vec(),
+        aligned,
+    };
     if !existed || stored_fp.is_empty() {
         return make(None, incoming, "first");
     }
@@ -44,7 +45,11 @@ pub fn plan(
     // have; otherwise the longest run marks where an edit begins.
     let mut best_edit: Option<(usize, usize)> = None;
     for start in (0..stored_fp.len()).rev().filter(|&i| stored_fp[i] == first) {
-        let run = stored_fp[start..].iter().zip(&incoming_fp).take_while(|(a, b)| a == b).count();
+        let run = stored_fp[start..]
+            .iter()
+            .zip(&incoming_fp)
+            .take_while(|(a, b)| a == b)
+            .count();
         if start + run == stored_fp.len() {
             return make(None, &incoming[run..], "extends");
         }
@@ -57,6 +62,33 @@ pub fn plan(
         // Nothing in common: the request holds only messages we have not seen.
         None => make(None, incoming, "unrelated"),
     }
+}
+
+/// Keeps each new version of the client's instructions on the memory (they are not history).
+pub(super) fn remember_instructions(st: &mut State, instructions: &[Message], now: f64) {
+    if instructions.is_empty() {
+        return;
+    }
+    let fingerprint = format!(
+        "{:016x}",
+        instructions
+            .iter()
+            .fold(0u64, |h, m| h.rotate_left(7) ^ m.fingerprint())
+    );
+    if st
+        .memory
+        .instructions
+        .last()
+        .is_some_and(|i| i.fingerprint == fingerprint)
+    {
+        return;
+    }
+    let raw = instructions.iter().map(|m| m.raw.clone()).collect();
+    st.memory.instructions.push(records::Instructions {
+        since: now,
+        fingerprint,
+        raw,
+    });
 }
 
 #[cfg(test)]
@@ -100,9 +132,17 @@ mod tests {
         let (mem, st) = stored(&old);
         let mut incoming = old.clone();
         incoming.extend(msgs(&[("a", "fine"), ("u", "good")]));
-        let p = plan(mem.next_seq > 0, &st.iter().map(|m| m.fingerprint).collect::<Vec<_>>(), &incoming, HistoryMode::Full);
+        let p = plan(
+            mem.next_seq > 0,
+            &st.iter().map(|m| m.fingerprint).collect::<Vec<_>>(),
+            &incoming,
+            HistoryMode::Full,
+        );
         assert_eq!(p.aligned, "extends");
-        assert_eq!(p.new.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(), vec!["fine", "good"]);
+        assert_eq!(
+            p.new.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(),
+            vec!["fine", "good"]
+        );
         assert_eq!(p.supersede_from, None);
     }
 
@@ -111,7 +151,12 @@ mod tests {
         let old = msgs(&[("u", "a"), ("a", "b"), ("u", "c"), ("a", "d")]);
         let (mem, st) = stored(&old);
         let incoming = msgs(&[("u", "c"), ("a", "d"), ("u", "e")]);
-        let p = plan(mem.next_seq > 0, &st.iter().map(|m| m.fingerprint).collect::<Vec<_>>(), &incoming, HistoryMode::Full);
+        let p = plan(
+            mem.next_seq > 0,
+            &st.iter().map(|m| m.fingerprint).collect::<Vec<_>>(),
+            &incoming,
+            HistoryMode::Full,
+        );
         assert_eq!(p.aligned, "extends");
         assert_eq!(p.new.len(), 1);
     }
@@ -121,7 +166,12 @@ mod tests {
         let old = msgs(&[("u", "yes"), ("a", "ok"), ("u", "yes"), ("a", "ok")]);
         let (mem, st) = stored(&old);
         let incoming = msgs(&[("u", "yes"), ("a", "ok"), ("u", "next")]);
-        let p = plan(mem.next_seq > 0, &st.iter().map(|m| m.fingerprint).collect::<Vec<_>>(), &incoming, HistoryMode::Full);
+        let p = plan(
+            mem.next_seq > 0,
+            &st.iter().map(|m| m.fingerprint).collect::<Vec<_>>(),
+            &incoming,
+            HistoryMode::Full,
+        );
         assert_eq!(p.aligned, "extends");
         assert_eq!(p.new.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(), vec!["next"]);
     }
@@ -131,7 +181,12 @@ mod tests {
         let old = msgs(&[("u", "a"), ("a", "b"), ("u", "c"), ("a", "d")]);
         let (mem, st) = stored(&old);
         let incoming = msgs(&[("u", "a"), ("a", "b"), ("u", "C edited")]);
-        let p = plan(mem.next_seq > 0, &st.iter().map(|m| m.fingerprint).collect::<Vec<_>>(), &incoming, HistoryMode::Full);
+        let p = plan(
+            mem.next_seq > 0,
+            &st.iter().map(|m| m.fingerprint).collect::<Vec<_>>(),
+            &incoming,
+            HistoryMode::Full,
+        );
         assert_eq!(p.aligned, "edit");
         assert_eq!(p.supersede_from, Some(2));
         assert_eq!(p.new.len(), 1);
@@ -142,7 +197,12 @@ mod tests {
         let old = msgs(&[("u", "a"), ("a", "b")]);
         let (mem, st) = stored(&old);
         let incoming = msgs(&[("u", "a")]);
-        let p = plan(mem.next_seq > 0, &st.iter().map(|m| m.fingerprint).collect::<Vec<_>>(), &incoming, HistoryMode::Delta);
+        let p = plan(
+            mem.next_seq > 0,
+            &st.iter().map(|m| m.fingerprint).collect::<Vec<_>>(),
+            &incoming,
+            HistoryMode::Delta,
+        );
         assert_eq!(p.new.len(), 1);
     }
 }

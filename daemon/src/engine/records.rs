@@ -123,7 +123,11 @@ pub struct StoredMessage {
 impl StoredMessage {
     /// Numbers `message` as the memory's next message; a user message opens the next turn.
     pub fn new(memory: &MemoryRecord, message: Message, at: f64, source: Source) -> StoredMessage {
-        let turn = if message.role == Role::User { memory.turn + 1 } else { memory.turn };
+        let turn = if message.role == Role::User {
+            memory.turn + 1
+        } else {
+            memory.turn
+        };
         StoredMessage {
             seq: memory.next_seq,
             turn,

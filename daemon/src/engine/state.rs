@@ -159,7 +159,15 @@ impl State {
         let count = self.trace_counts.entry(episode).or_insert(0);
         let n = *count;
         *count += 1;
-        self.traces.push(Trace { episode, n, kind, at, score, counted, fact });
+        self.traces.push(Trace {
+            episode,
+            n,
+            kind,
+            at,
+            score,
+            counted,
+            fact,
+        });
         self.new_traces += 1;
     }
 

@@ -33,7 +33,8 @@ pub fn units(messages: &[&StoredMessage]) -> Vec<Unit> {
 /// Whether some tool call in `ms` has no output in `ms`.
 fn open_calls(ms: &[&StoredMessage]) -> bool {
     ms.iter().flat_map(|m| &m.message.tool_calls).any(|c| {
-        !ms.iter().any(|o| o.message.role == Role::Tool && o.message.tool_call_id.as_deref() == Some(c.id.as_str()))
+        !ms.iter()
+            .any(|o| o.message.role == Role::Tool && o.message.tool_call_id.as_deref() == Some(c.id.as_str()))
     })
 }
 
@@ -67,7 +68,10 @@ fn split(sizes: &[u64], rank: &[f64], lo: usize, hi: usize, max: u64, min: u64, 
             best = Some((i, rank[i]));
         }
     }
-    let at = best.map(|(i, _)| i).or(fallback.map(|(i, _)| i)).expect("at least two units");
+    let at = best
+        .map(|(i, _)| i)
+        .or(fallback.map(|(i, _)| i))
+        .expect("at least two units");
     cuts.push(at);
     split(sizes, rank, lo, at, max, min, cuts);
     split(sizes, rank, at, hi, max, min, cuts);

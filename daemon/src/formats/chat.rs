@@ -3,8 +3,8 @@
 use serde_json::Value;
 
 use super::{
-    arguments_text, at_or, join_text, parts_of, path, role_of, text_of, wrong, Format, FormatError,
-    Kind, Message, Part, Role, ToolCall,
+    arguments_text, at_or, join_text, parts_of, path, role_of, text_of, wrong, Format, FormatError, Kind, Message,
+    Part, Role, ToolCall,
 };
 
 /// Reads one Chat Completions message; `at` names it in errors (`messages[3]`).
@@ -17,11 +17,7 @@ pub(crate) fn parse_message(v: &Value, at: &str) -> Result<Message, FormatError>
     match content {
         None | Some(Value::Null | Value::String(_) | Value::Array(_)) => {}
         Some(other) => {
-            return Err(wrong(
-                path(at, "content"),
-                "a string, an array or null",
-                other,
-            ));
+            return Err(wrong(path(at, "content"), "a string, an array or null", other));
         }
     }
     let mut text = text_of(content);
@@ -109,11 +105,7 @@ fn call_of(c: &Value, at: &str) -> Result<ToolCall, FormatError> {
     })
 }
 
-fn string_field(
-    m: &serde_json::Map<String, Value>,
-    key: &str,
-    at: &str,
-) -> Result<String, FormatError> {
+fn string_field(m: &serde_json::Map<String, Value>, key: &str, at: &str) -> Result<String, FormatError> {
     match m.get(key) {
         None => Err(FormatError::Missing { at: path(at, key) }),
         Some(Value::String(s)) => Ok(s.clone()),

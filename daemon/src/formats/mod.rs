@@ -159,11 +159,7 @@ impl Message {
     }
 
     /// A tool output answering `call_id` (Chat `tool` message; Responses `function_call_output`).
-    pub fn tool_output(
-        format: Format,
-        call_id: impl Into<String>,
-        text: impl Into<String>,
-    ) -> Message {
+    pub fn tool_output(format: Format, call_id: impl Into<String>, text: impl Into<String>) -> Message {
         let (call_id, text) = (call_id.into(), text.into());
         let raw = match format {
             Format::ChatCompletions => {
@@ -221,8 +217,8 @@ impl Message {
                 let mut raw = self.raw.clone();
                 chat::drop_calls(&mut raw, name);
                 let msg = chat::parse_message(&raw, "").ok()?;
-                let has_content = !msg.text.is_empty()
-                    || matches!(raw.get("content"), Some(Value::Array(a)) if !a.is_empty());
+                let has_content =
+                    !msg.text.is_empty() || matches!(raw.get("content"), Some(Value::Array(a)) if !a.is_empty());
                 if msg.tool_calls.is_empty() && !has_content {
                     None
                 } else {
@@ -427,11 +423,7 @@ pub(crate) fn at_or(base: &str, fallback: &str) -> String {
 }
 
 /// Reads a role name; `legacy_function` maps Chat's `function` role to Tool.
-pub(crate) fn role_of(
-    v: Option<&Value>,
-    at: &str,
-    legacy_function: bool,
-) -> Result<Role, FormatError> {
+pub(crate) fn role_of(v: Option<&Value>, at: &str, legacy_function: bool) -> Result<Role, FormatError> {
     match v {
         None => Err(FormatError::Missing { at: at.to_string() }),
         Some(Value::String(s)) => match s.as_str() {

@@ -34,9 +34,7 @@ pub struct ParsedRequest {
 /// Reads a request. `messages` → Chat Completions; else `input` (string or list) or
 /// `instructions` → Responses; neither → error. A Responses `input` string is one user message.
 pub fn parse_request(v: &Value) -> Result<ParsedRequest, FormatError> {
-    let obj = v
-        .as_object()
-        .ok_or_else(|| wrong("request", "an object", v))?;
+    let obj = v.as_object().ok_or_else(|| wrong("request", "an object", v))?;
     let model = obj.get("model").and_then(Value::as_str).map(str::to_string);
     if obj.contains_key("messages") {
         let items = match &obj["messages"] {
@@ -68,9 +66,7 @@ pub fn parse_request(v: &Value) -> Result<ParsedRequest, FormatError> {
     if !obj.contains_key("input") && !obj.contains_key("instructions") {
         return Err(FormatError::Invalid {
             at: "request".into(),
-            message:
-                "has neither messages (chat completions) nor input or instructions (responses)"
-                    .into(),
+            message: "has neither messages (chat completions) nor input or instructions (responses)".into(),
         });
     }
     let mut instructions = Vec::new();
@@ -186,10 +182,7 @@ pub fn render_request(
                 out.insert("instructions".into(), Value::String(fields.join("\n\n")));
             }
             if let [only] = input.as_slice() {
-                if only.format == Format::Responses
-                    && only.raw.is_string()
-                    && only.role == Role::User
-                {
+                if only.format == Format::Responses && only.raw.is_string() && only.role == Role::User {
                     out.insert("input".into(), only.raw.clone());
                 }
             }
@@ -214,9 +207,7 @@ pub fn render_request(
         }
     }
     if !extra_tools.is_empty() {
-        let tools = out
-            .entry("tools")
-            .or_insert_with(|| Value::Array(Vec::new()));
+        let tools = out.entry("tools").or_insert_with(|| Value::Array(Vec::new()));
         if !tools.is_array() {
             *tools = Value::Array(Vec::new());
         }
@@ -254,9 +245,7 @@ fn render_chat(all: &[&Message]) -> Vec<Value> {
             match (open_assistant, calls_only) {
                 (Some(i), true) => {
                     let new_calls = raw.get("tool_calls").cloned().unwrap_or(Value::Null);
-                    if let (Some(Value::Object(prev)), Value::Array(calls)) =
-                        (out.get_mut(i), new_calls)
-                    {
+                    if let (Some(Value::Object(prev)), Value::Array(calls)) = (out.get_mut(i), new_calls) {
                         match prev.get_mut("tool_calls") {
                             Some(Value::Array(list)) => list.extend(calls),
                             _ => {
@@ -267,11 +256,7 @@ fn render_chat(all: &[&Message]) -> Vec<Value> {
                 }
                 _ => {
                     out.push(raw);
-                    open_assistant = if is_assistant {
-                        Some(out.len() - 1)
-                    } else {
-                        None
-                    };
+                    open_assistant = if is_assistant { Some(out.len() - 1) } else { None };
                 }
             }
         }
@@ -289,11 +274,7 @@ pub(crate) fn convert(m: &Message, to: Format) -> Vec<Value> {
         return vec![m.raw.clone()];
     }
     let text = m.content_text();
-    let images = if m.role == Role::User {
-        images_of(m)
-    } else {
-        Vec::new()
-    };
+    let images = if m.role == Role::User { images_of(m) } else { Vec::new() };
     match to {
         Format::ChatCompletions => match m.role {
             Role::Tool => vec![json!({
@@ -352,7 +333,9 @@ pub(crate) fn convert(m: &Message, to: Format) -> Vec<Value> {
                     items.push(json!({"type": "message", "role": "assistant", "content": text}));
                 }
                 for c in &m.tool_calls {
-                    items.push(json!({"type": "function_call", "call_id": c.id, "name": c.name, "arguments": c.arguments}));
+                    items.push(
+                        json!({"type": "function_call", "call_id": c.id, "name": c.name, "arguments": c.arguments}),
+                    );
                 }
                 items
             }
@@ -387,9 +370,7 @@ fn images_of(m: &Message) -> Vec<(String, Option<Value>)> {
         .filter_map(|p| match p.get("type").and_then(Value::as_str) {
             Some("image_url") => {
                 let img = p.get("image_url")?;
-                let url = img
-                    .as_str()
-                    .or_else(|| img.get("url").and_then(Value::as_str))?;
+                let url = img.as_str().or_else(|| img.get("url").and_then(Value::as_str))?;
                 Some((url.to_string(), img.get("detail").cloned()))
             }
             Some("input_image") => {

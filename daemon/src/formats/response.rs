@@ -44,18 +44,16 @@ enum Shape {
 }
 
 fn shape(v: &Value) -> Result<Shape, FormatError> {
-    let obj = v
-        .as_object()
-        .ok_or_else(|| wrong("response", "an object", v))?;
+    let obj = v.as_object().ok_or_else(|| wrong("response", "an object", v))?;
     match obj.get("object").and_then(Value::as_str) {
         Some("chat.completion") => Ok(Shape::Chat),
         Some("response") => Ok(Shape::Responses),
-        Some(
-            other @ ("chat.completion.chunk" | "response.completed" | "response.output_item.done"),
-        ) => Err(FormatError::Invalid {
-            at: "response.object".into(),
-            message: format!("{other:?} is a stream event: report the assembled reply"),
-        }),
+        Some(other @ ("chat.completion.chunk" | "response.completed" | "response.output_item.done")) => {
+            Err(FormatError::Invalid {
+                at: "response.object".into(),
+                message: format!("{other:?} is a stream event: report the assembled reply"),
+            })
+        }
         _ if obj.contains_key("choices") => Ok(Shape::Chat),
         _ if obj.contains_key("output") => Ok(Shape::Responses),
         _ => Err(FormatError::Invalid {

@@ -4,32 +4,27 @@
 use serde_json::Value;
 
 use super::{
-    arguments_text, at_or, join_text, parts_of, path, role_of, text_of, wrong, Format, FormatError,
-    Kind, Message, Part, Role, ToolCall,
+    arguments_text, at_or, join_text, parts_of, path, role_of, text_of, wrong, Format, FormatError, Kind, Message,
+    Part, Role, ToolCall,
 };
 
 /// Reads one Responses item (an object); `at` names it in errors (`input[3]`).
 pub(crate) fn parse_item(v: &Value, at: &str) -> Result<Message, FormatError> {
-    let m = v
-        .as_object()
-        .ok_or_else(|| wrong(at_or(at, "item"), "an object", v))?;
+    let m = v.as_object().ok_or_else(|| wrong(at_or(at, "item"), "an object", v))?;
     let ty = match m.get("type") {
         None | Some(Value::Null) => None,
         Some(Value::String(t)) => Some(t.as_str()),
         Some(other) => return Err(wrong(path(at, "type"), "a string", other)),
     };
-    let message =
-        |role: Role, kind: Kind, text: String, tool_calls: Vec<ToolCall>, id: Option<String>| {
-            Message {
-                role,
-                kind,
-                text: join_text(text, &tool_calls),
-                tool_calls,
-                tool_call_id: id,
-                raw: v.clone(),
-                format: Format::Responses,
-            }
-        };
+    let message = |role: Role, kind: Kind, text: String, tool_calls: Vec<ToolCall>, id: Option<String>| Message {
+        role,
+        kind,
+        text: join_text(text, &tool_calls),
+        tool_calls,
+        tool_call_id: id,
+        raw: v.clone(),
+        format: Format::Responses,
+    };
     match ty {
         None | Some("message") => {
             if ty.is_none() && !m.contains_key("role") {
@@ -49,20 +44,10 @@ pub(crate) fn parse_item(v: &Value, at: &str) -> Result<Message, FormatError> {
             match content {
                 None | Some(Value::Null | Value::String(_) | Value::Array(_)) => {}
                 Some(other) => {
-                    return Err(wrong(
-                        path(at, "content"),
-                        "a string, an array or null",
-                        other,
-                    ));
+                    return Err(wrong(path(at, "content"), "a string, an array or null", other));
                 }
             }
-            Ok(message(
-                role,
-                Kind::Message,
-                text_of(content),
-                Vec::new(),
-                None,
-            ))
+            Ok(message(role, Kind::Message, text_of(content), Vec::new(), None))
         }
         Some("function_call") => {
             let call = ToolCall {
@@ -70,13 +55,7 @@ pub(crate) fn parse_item(v: &Value, at: &str) -> Result<Message, FormatError> {
                 name: str_field(m, "name", at)?,
                 arguments: arguments_text(m.get("arguments")),
             };
-            Ok(message(
-                Role::Assistant,
-                Kind::Message,
-                String::new(),
-                vec![call],
-                None,
-            ))
+            Ok(message(Role::Assistant, Kind::Message, String::new(), vec![call], None))
         }
         Some("function_call_output") => {
             let id = str_field(m, "call_id", at)?;
@@ -84,11 +63,7 @@ pub(crate) fn parse_item(v: &Value, at: &str) -> Result<Message, FormatError> {
             match output {
                 None | Some(Value::Null | Value::String(_) | Value::Array(_)) => {}
                 Some(other) => {
-                    return Err(wrong(
-                        path(at, "output"),
-                        "a string, an array or null",
-                        other,
-                    ));
+                    return Err(wrong(path(at, "output"), "a string, an array or null", other));
                 }
             }
             Ok(message(
@@ -110,29 +85,15 @@ pub(crate) fn parse_item(v: &Value, at: &str) -> Result<Message, FormatError> {
                 None => Role::Assistant,
             };
             match call_id {
-                Some(id) if t.ends_with("_output") => Ok(message(
-                    Role::Tool,
-                    Kind::Opaque,
-                    text,
-                    Vec::new(),
-                    Some(id),
-                )),
+                Some(id) if t.ends_with("_output") => Ok(message(Role::Tool, Kind::Opaque, text, Vec::new(), Some(id))),
                 Some(id) => {
-                    let name = m
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .unwrap_or(t)
-                        .to_string();
+                    let name = m.get("name").and_then(Value::as_str).unwrap_or(t).to_string();
                     let arguments = arguments_text(
                         m.get("arguments")
                             .or_else(|| m.get("input"))
                             .or_else(|| m.get("action")),
                     );
-                    let call = ToolCall {
-                        id,
-                        name,
-                        arguments,
-                    };
+                    let call = ToolCall { id, name, arguments };
                     Ok(message(role, Kind::Opaque, text, vec![call], None))
                 }
                 None => Ok(message(role, Kind::Opaque, text, Vec::new(), None)),
@@ -141,11 +102,7 @@ pub(crate) fn parse_item(v: &Value, at: &str) -> Result<Message, FormatError> {
     }
 }
 
-fn str_field(
-    m: &serde_json::Map<String, Value>,
-    key: &str,
-    at: &str,
-) -> Result<String, FormatError> {
+fn str_field(m: &serde_json::Map<String, Value>, key: &str, at: &str) -> Result<String, FormatError> {
     match m.get(key) {
         None => Err(FormatError::Missing { at: path(at, key) }),
         Some(Value::String(s)) => Ok(s.clone()),
@@ -163,9 +120,7 @@ fn opaque_text(v: &Value) -> String {
             Value::Object(m) => {
                 for (k, x) in m {
                     match (k.as_str(), x) {
-                        ("text" | "refusal" | "query", Value::String(s)) if !s.is_empty() => {
-                            out.push(s.clone())
-                        }
+                        ("text" | "refusal" | "query", Value::String(s)) if !s.is_empty() => out.push(s.clone()),
                         _ => walk(x, out, depth + 1),
                     }
                 }

@@ -122,10 +122,7 @@ fn responses_request_is_taken_apart_and_rendered_back() {
 fn responses_string_input_is_one_user_message() {
     let p = round_trip(json!({"model": "m", "input": "hello", "conversation": {"id": "conv_1"}}));
     assert_eq!(p.history.len(), 1);
-    assert_eq!(
-        (p.history[0].role, p.history[0].text.as_str()),
-        (Role::User, "hello")
-    );
+    assert_eq!((p.history[0].role, p.history[0].text.as_str()), (Role::User, "hello"));
     assert_eq!(p.provider_history.as_deref(), Some("conversation"));
     let p = round_trip(json!({"instructions": "only"}));
     assert!(p.history.is_empty());
@@ -134,8 +131,7 @@ fn responses_string_input_is_one_user_message() {
 
 #[test]
 fn engine_blocks_render_in_place() {
-    let p = parse_request(&json!({"model": "m", "instructions": "Be brief.", "input": "hello"}))
-        .unwrap();
+    let p = parse_request(&json!({"model": "m", "instructions": "Be brief.", "input": "hello"})).unwrap();
     let facts = Message::new(Format::Responses, p.instructions_role, "facts");
     let mut view = vec![facts];
     view.extend(p.history.clone());
@@ -239,24 +235,18 @@ fn errors_say_what_and_where() {
 
 #[test]
 fn fingerprints_ignore_spelling_and_volatile_fields() {
-    let chat =
-        |v: Value| parse_request(&json!({"messages": [v]})).unwrap().history[0].fingerprint();
+    let chat = |v: Value| parse_request(&json!({"messages": [v]})).unwrap().history[0].fingerprint();
     let resp = |v: Value| parse_request(&json!({"input": [v]})).unwrap().history[0].fingerprint();
     let a = chat(json!({"role": "user", "content": "hi"}));
     assert_eq!(
         a,
         chat(json!({"role": "user", "content": [{"type": "text", "text": "hi"}]}))
     );
-    assert_eq!(
-        a,
-        chat(json!({"role": "user", "content": "hi", "name": "x"}))
-    );
+    assert_eq!(a, chat(json!({"role": "user", "content": "hi", "name": "x"})));
     assert_ne!(a, chat(json!({"role": "user", "content": "hi!"})));
     assert_ne!(a, chat(json!({"role": "assistant", "content": "hi"})));
     assert_ne!(
-        chat(
-            json!({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]})
-        ),
+        chat(json!({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]})),
         chat(json!({"role": "user", "content": [{"type": "text", "text": "ab"}]}))
     );
     let out = resp(
@@ -289,10 +279,7 @@ fn fingerprints_ignore_spelling_and_volatile_fields() {
     );
     // Fixed across runs: a known value guards against an accidental change of the scheme.
     assert_eq!(a, Message::user(Format::Responses, "hi").fingerprint());
-    assert_eq!(
-        a,
-        Message::user(Format::ChatCompletions, "hi").fingerprint()
-    );
+    assert_eq!(a, Message::user(Format::ChatCompletions, "hi").fingerprint());
 }
 
 #[test]
@@ -310,10 +297,7 @@ fn note_tool_shapes() {
     assert_eq!(c["type"], "function");
     assert_eq!(c["function"]["name"], "note");
     let item = &c["function"]["parameters"]["properties"]["notes"]["items"];
-    assert_eq!(
-        item["required"],
-        json!(["note", "subject", "object", "milestone"])
-    );
+    assert_eq!(item["required"], json!(["note", "subject", "object", "milestone"]));
     assert_eq!(item["additionalProperties"], false);
     let r = note_tool(Format::Responses, "remember");
     assert_eq!(r["name"], "remember");
@@ -341,20 +325,14 @@ fn note_arguments_read_and_reject() {
         vec![fact("A owns B.", "A", "B", true), fact("C", "c", "d", false)]
     );
     assert_eq!(
-        note_arguments(&call(
-            r#"[{"note":"x","subject":"a","object":"b","milestone":false}]"#
-        ))
-        .unwrap(),
+        note_arguments(&call(r#"[{"note":"x","subject":"a","object":"b","milestone":false}]"#)).unwrap(),
         vec![fact("x", "a", "b", false)]
     );
     assert_eq!(
         note_arguments(&call(r#"{"notes":[{"note":""}]}"#)).unwrap(),
         vec![fact("", "", "", false)]
     );
-    assert_eq!(
-        note_arguments(&call(r#""{\"notes\":[]}""#)).unwrap(),
-        vec![]
-    );
+    assert_eq!(note_arguments(&call(r#""{\"notes\":[]}""#)).unwrap(), vec![]);
     let e = |a: &str| note_arguments(&call(a)).unwrap_err().to_string();
     assert!(
         e("not json").starts_with("arguments: invalid json: "),
@@ -362,10 +340,7 @@ fn note_arguments_read_and_reject() {
         e("not json")
     );
     assert_eq!(e(r#"{"facts":[]}"#), "notes: missing");
-    assert_eq!(
-        e(r#"{"notes":{}}"#),
-        "notes: expected an array, found an object"
-    );
+    assert_eq!(e(r#"{"notes":{}}"#), "notes: expected an array, found an object");
     assert_eq!(
         e(r#"{"notes":[{"note":"x","subject":1,"object":"b"}]}"#),
         "notes[0].subject: expected a string, found a number"
@@ -378,10 +353,7 @@ fn note_arguments_read_and_reject() {
         e(r#"{"notes":[{"note":"x","subject":"a","object":"b","milestone":3}]}"#),
         "notes[0].milestone: expected a boolean, found a number"
     );
-    assert_eq!(
-        e(r#"{"notes":[7]}"#),
-        "notes[0]: expected an object, found a number"
-    );
+    assert_eq!(e(r#"{"notes":[7]}"#), "notes[0]: expected an object, found a number");
     assert_eq!(
         e("5"),
         "arguments: expected an object with notes or a list of notes, found a number"
@@ -413,9 +385,7 @@ fn chat_reply_parse_and_remove_note_call() {
     let (stripped, calls) = remove_tool_calls(&reply, "note");
     assert_eq!(calls.len(), 1);
     assert_eq!(stripped["choices"][0]["finish_reason"], "stop");
-    assert!(stripped["choices"][0]["message"]
-        .get("tool_calls")
-        .is_none());
+    assert!(stripped["choices"][0]["message"].get("tool_calls").is_none());
     assert!(parse_response(&stripped).unwrap().has_content());
 
     // Note plus another call: the other stays, finish_reason too.
@@ -427,10 +397,7 @@ fn chat_reply_parse_and_remove_note_call() {
     let (stripped, calls) = remove_tool_calls(&two, "note");
     assert_eq!(calls[0].id, "c1");
     assert_eq!(stripped["choices"][0]["finish_reason"], "tool_calls");
-    assert_eq!(
-        stripped["choices"][0]["message"]["tool_calls"][0]["id"],
-        "c2"
-    );
+    assert_eq!(stripped["choices"][0]["message"]["tool_calls"][0]["id"], "c2");
 
     // Only the note call: nothing left for the client.
     let mut only = reply.clone();
@@ -489,11 +456,9 @@ fn stream_chunks_and_unknown_replies_are_errors() {
         "response: neither a chat.completion (choices) nor a response (output)"
     );
     assert_eq!(
-        parse_response(
-            &json!({"object": "chat.completion", "choices": [{"message": {"role": "bot"}}]})
-        )
-        .unwrap_err()
-        .to_string(),
+        parse_response(&json!({"object": "chat.completion", "choices": [{"message": {"role": "bot"}}]}))
+            .unwrap_err()
+            .to_string(),
         "choices[0].message.role: unknown role \"bot\""
     );
 }
@@ -509,13 +474,7 @@ fn cross_format_conversion() {
         {"role": "tool", "tool_call_id": "b", "content": "B"}
     ]}))
     .unwrap();
-    let r = render_request(
-        Format::Responses,
-        &[],
-        &chat.history,
-        &Default::default(),
-        &[],
-    );
+    let r = render_request(Format::Responses, &[], &chat.history, &Default::default(), &[]);
     assert_eq!(
         r["input"],
         json!([
@@ -529,21 +488,14 @@ fn cross_format_conversion() {
     );
     // And back: the calls merge into the assistant message again.
     let resp = parse_request(&r).unwrap();
-    let c = render_request(
-        Format::ChatCompletions,
-        &[],
-        &resp.history,
-        &Default::default(),
-        &[],
-    );
+    let c = render_request(Format::ChatCompletions, &[], &resp.history, &Default::default(), &[]);
     let back = parse_request(&c).unwrap();
     let fps = |h: &[Message]| h.iter().map(Message::fingerprint).collect::<Vec<_>>();
     assert_eq!(c["messages"].as_array().unwrap().len(), 4);
     assert_eq!(back.history[1].tool_calls, chat.history[1].tool_calls);
     assert_eq!(fps(&back.history)[1..], fps(&chat.history)[1..]);
     // Opaque items of another format are left out.
-    let op = parse_request(&json!({"input": [{"type": "reasoning", "id": "r", "summary": []}]}))
-        .unwrap();
+    let op = parse_request(&json!({"input": [{"type": "reasoning", "id": "r", "summary": []}]})).unwrap();
     assert!(op.history[0].to_format(Format::ChatCompletions).is_empty());
 }
 
@@ -560,11 +512,11 @@ fn without_tool_calls_drops_the_note_call() {
     let kept = p.history[1].without_tool_calls("note").unwrap();
     assert_eq!(kept.tool_calls.len(), 1);
     assert_eq!(kept.raw["tool_calls"][0]["id"], "c");
-    assert_eq!(
-        p.history[1].without_tool_calls("zzz").as_ref(),
-        Some(&p.history[1])
-    );
-    let r = parse_request(&json!({"input": [{"type": "function_call", "call_id": "a", "name": "note", "arguments": "{}"}]})).unwrap();
+    assert_eq!(p.history[1].without_tool_calls("zzz").as_ref(), Some(&p.history[1]));
+    let r = parse_request(
+        &json!({"input": [{"type": "function_call", "call_id": "a", "name": "note", "arguments": "{}"}]}),
+    )
+    .unwrap();
     assert_eq!(r.history[0].without_tool_calls("note"), None);
 }
 

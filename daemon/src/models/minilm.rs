@@ -47,21 +47,34 @@ impl MiniLm {
     pub fn load(dir: &Path, batch_size: usize, usage: Arc<Usage>) -> Result<MiniLm, ModelError> {
         let missing: Vec<&str> = MODEL_FILES.iter().copied().filter(|f| !dir.join(f).is_file()).collect();
         if !missing.is_empty() {
-            return Err(ModelError::MissingModel { dir: dir.to_path_buf(), missing: missing.join(", ") });
+            return Err(ModelError::MissingModel {
+                dir: dir.to_path_buf(),
+                missing: missing.join(", "),
+            });
         }
         let config_text = std::fs::read_to_string(dir.join("config.json")).map_err(bad)?;
         let config: Config = serde_json::from_str(&config_text).map_err(|e| bad(format!("config.json: {e}")))?;
 
-        let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|e| bad(format!("tokenizer.json: {e}")))?;
+        let mut tokenizer =
+            Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|e| bad(format!("tokenizer.json: {e}")))?;
         // The shipped tokenizer.json pads every input to 128 tokens; pad to the longest in the
         // batch instead (same vectors, about 3x faster) and cut at MAX_TOKENS.
         let padding = match tokenizer.get_padding() {
-            Some(p) => PaddingParams { strategy: PaddingStrategy::BatchLongest, ..p.clone() },
-            None => PaddingParams { strategy: PaddingStrategy::BatchLongest, ..Default::default() },
+            Some(p) => PaddingParams {
+                strategy: PaddingStrategy::BatchLongest,
+                ..p.clone()
+            },
+            None => PaddingParams {
+                strategy: PaddingStrategy::BatchLongest,
+                ..Default::default()
+            },
         };
         tokenizer.with_padding(Some(padding));
         tokenizer
-            .with_truncation(Some(TruncationParams { max_length: MAX_TOKENS, ..Default::default() }))
+            .with_truncation(Some(TruncationParams {
+                max_length: MAX_TOKENS,
+                ..Default::default()
+            }))
             .map_err(bad)?;
 
         let device = Device::Cpu;
@@ -72,7 +85,14 @@ impl MiniLm {
                 .map_err(|e| bad(format!("model.safetensors: {e}")))?
         };
         let model = BertModel::load(vb, &config).map_err(|e| bad(format!("model.safetensors: {e}")))?;
-        let mut me = MiniLm { model, tokenizer, dim: config.hidden_size, batch_size: batch_size.max(1), dir: dir.to_path_buf(), usage };
+        let mut me = MiniLm {
+            model,
+            tokenizer,
+            dim: config.hidden_size,
+            batch_size: batch_size.max(1),
+            dir: dir.to_path_buf(),
+            usage,
+        };
         // Check the model behaves (right shape, finite values) once at start.
         let probe = me.embed_batch(&["recalld"])?;
         if probe.len() != 1 || probe[0].len() != me.dim || probe[0].iter().any(|x| !x.is_finite()) {
@@ -90,7 +110,10 @@ impl MiniLm {
     /// Number of tokens (after truncation, with the special tokens) each text is embedded from.
     pub fn token_counts(&self, texts: &[&str]) -> Result<Vec<usize>, ModelError> {
         let enc = self.tokenizer.encode_batch(texts.to_vec(), true).map_err(infer)?;
-        Ok(enc.iter().map(|e| e.get_attention_mask().iter().filter(|&&m| m == 1).count()).collect())
+        Ok(enc
+            .iter()
+            .map(|e| e.get_attention_mask().iter().filter(|&&m| m == 1).count())
+            .collect())
     }
 
     /// One forward pass over `texts` (the caller bounds its size). Returns the vectors and the
@@ -139,7 +162,10 @@ impl MiniLm {
 
 impl Embedder for MiniLm {
     fn id(&self) -> ModelId {
-        ModelId { name: MODEL_NAME.to_string(), dim: self.dim }
+        ModelId {
+            name: MODEL_NAME.to_string(),
+            dim: self.dim,
+        }
     }
 
     fn embed(&self, ctx: &CallCtx, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {

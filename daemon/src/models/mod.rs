@@ -92,7 +92,9 @@ pub enum Relation {
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
     /// The built-in model's files are not on disk.
-    #[error("built-in embedding model not found in {dir} (missing {missing}); fetch it with: scripts/fetch-model.sh {dir}")]
+    #[error(
+        "built-in embedding model not found in {dir} (missing {missing}); fetch it with: scripts/fetch-model.sh {dir}"
+    )]
     MissingModel { dir: PathBuf, missing: String },
     /// The files are there but do not load or do not behave like the expected model.
     #[error("bad model: {0}")]
@@ -199,9 +201,11 @@ impl Models {
             Provider::Openai => Arc::new(OpenAiEmbedder::new(&cfg.embedder, usage.clone())?),
         };
         let judge: Arc<dyn Judge> = match cfg.judge.provider {
-            Provider::Builtin => {
-                Arc::new(RulesJudge::new(embedder.clone(), cfg.judge.thresholds.clone(), usage.clone()))
-            }
+            Provider::Builtin => Arc::new(RulesJudge::new(
+                embedder.clone(),
+                cfg.judge.thresholds.clone(),
+                usage.clone(),
+            )),
             Provider::Openai => Arc::new(OpenAiJudge::new(&cfg.judge, usage.clone())?),
         };
         Ok(Models { embedder, judge, usage })
@@ -212,7 +216,10 @@ impl Models {
     pub fn stats(&self) -> serde_json::Value {
         let mut v = self.usage.snapshot();
         if let Some(obj) = v.as_object_mut() {
-            obj.insert("embedder".into(), serde_json::to_value(self.embedder.id()).unwrap_or_default());
+            obj.insert(
+                "embedder".into(),
+                serde_json::to_value(self.embedder.id()).unwrap_or_default(),
+            );
             obj.insert("judge".into(), serde_json::Value::String(self.judge.name()));
         }
         v

@@ -44,7 +44,11 @@ struct Permit<'a>(&'a Gate);
 
 impl Gate {
     fn new(max: usize) -> Gate {
-        Gate { max: max.max(1), used: Mutex::new(0), cv: Condvar::new() }
+        Gate {
+            max: max.max(1),
+            used: Mutex::new(0),
+            cv: Condvar::new(),
+        }
     }
 
     fn acquire(&self) -> Permit<'_> {
@@ -91,11 +95,16 @@ impl Http {
         }
         if let Some(name) = s.api_key_env {
             if std::env::var_os(name).filter(|v| !v.is_empty()).is_none() {
-                return Err(ModelError::Config(format!("environment variable {name} (api_key_env) is not set")));
+                return Err(ModelError::Config(format!(
+                    "environment variable {name} (api_key_env) is not set"
+                )));
             }
         }
         let timeout = Duration::from_millis(s.timeout_ms.max(1));
-        let agent = ureq::AgentBuilder::new().timeout(timeout).user_agent(concat!("recalld/", env!("CARGO_PKG_VERSION"))).build();
+        let agent = ureq::AgentBuilder::new()
+            .timeout(timeout)
+            .user_agent(concat!("recalld/", env!("CARGO_PKG_VERSION")))
+            .build();
         Ok(Http {
             agent,
             base_url: s.base_url.trim_end_matches('/').to_string(),
@@ -134,12 +143,22 @@ impl Http {
                     if io.kind() == std::io::ErrorKind::TimedOut || io.kind() == std::io::ErrorKind::WouldBlock {
                         return Err(self.timeout_error(&url));
                     }
-                    (None, ModelError::Transport { url: url.clone(), message: format!("reading the reply: {io}") })
+                    (
+                        None,
+                        ModelError::Transport {
+                            url: url.clone(),
+                            message: format!("reading the reply: {io}"),
+                        },
+                    )
                 }
                 Err(ureq::Error::Status(status, resp)) => {
                     let retry_after = resp.header("retry-after").and_then(parse_retry_after);
                     let message = snippet(&resp.into_string().unwrap_or_default(), 300);
-                    let err = ModelError::Http { status, url: url.clone(), message };
+                    let err = ModelError::Http {
+                        status,
+                        url: url.clone(),
+                        message,
+                    };
                     if status == 429 || status >= 500 {
                         (retry_after, err)
                     } else {
@@ -150,7 +169,13 @@ impl Http {
                     if is_timeout(&t) || started.elapsed() >= self.timeout {
                         return Err(self.timeout_error(&url));
                     }
-                    (None, ModelError::Transport { url: url.clone(), message: t.to_string() })
+                    (
+                        None,
+                        ModelError::Transport {
+                            url: url.clone(),
+                            message: t.to_string(),
+                        },
+                    )
                 }
             };
             if attempt >= self.retries {
@@ -169,7 +194,10 @@ impl Http {
     }
 
     fn timeout_error(&self, url: &str) -> ModelError {
-        ModelError::Timeout { url: url.to_string(), after_ms: self.timeout.as_millis() as u64 }
+        ModelError::Timeout {
+            url: url.to_string(),
+            after_ms: self.timeout.as_millis() as u64,
+        }
     }
 }
 
@@ -257,9 +285,15 @@ impl OpenAiEmbedder {
             body["dimensions"] = json!(self.dim);
         }
         let reply = self.http.post_json("/embeddings", &body)?;
-        let data = reply["data"].as_array().ok_or_else(|| ModelError::Malformed("embeddings reply has no data array".into()))?;
+        let data = reply["data"]
+            .as_array()
+            .ok_or_else(|| ModelError::Malformed("embeddings reply has no data array".into()))?;
         if data.len() != texts.len() {
-            return Err(ModelError::Malformed(format!("{} embeddings for {} inputs", data.len(), texts.len())));
+            return Err(ModelError::Malformed(format!(
+                "{} embeddings for {} inputs",
+                data.len(),
+                texts.len()
+            )));
         }
         let mut out: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
         for (pos, item) in data.iter().enumerate() {
@@ -272,7 +306,11 @@ impl OpenAiEmbedder {
                 .collect::<Option<_>>()
                 .ok_or_else(|| ModelError::Malformed("embedding is not an array of numbers".into()))?;
             if v.is_empty() || (self.dim != 0 && v.len() != self.dim) || v.iter().any(|x| !x.is_finite()) {
-                return Err(ModelError::Malformed(format!("embedding of {} values, expected {}", v.len(), self.dim)));
+                return Err(ModelError::Malformed(format!(
+                    "embedding of {} values, expected {}",
+                    v.len(),
+                    self.dim
+                )));
             }
             let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
             if norm == 0.0 {
@@ -283,13 +321,19 @@ impl OpenAiEmbedder {
                 _ => return Err(ModelError::Malformed(format!("bad or repeated embedding index {i}"))),
             }
         }
-        Ok((out.into_iter().map(|v| v.expect("every index filled")).collect(), usage_tokens(&reply)))
+        Ok((
+            out.into_iter().map(|v| v.expect("every index filled")).collect(),
+            usage_tokens(&reply),
+        ))
     }
 }
 
 impl Embedder for OpenAiEmbedder {
     fn id(&self) -> ModelId {
-        ModelId { name: self.model.clone(), dim: self.dim }
+        ModelId {
+            name: self.model.clone(),
+            dim: self.dim,
+        }
     }
 
     fn embed(&self, ctx: &CallCtx, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
@@ -430,7 +474,11 @@ fn strip_fences(s: &str) -> &str {
 }
 
 fn numbered(items: &[&str], max_chars: usize) -> String {
-    items.iter().enumerate().map(|(i, t)| format!("[{i}] {}\n", snippet(t, max_chars))).collect()
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, t)| format!("[{i}] {}\n", snippet(t, max_chars)))
+        .collect()
 }
 
 fn score_in_unit(v: &Value, what: &str) -> Result<f32, String> {
@@ -442,7 +490,12 @@ fn score_in_unit(v: &Value, what: &str) -> Result<f32, String> {
 }
 
 /// Read `[{"<idx_key>": i, ...}, ...]` covering every index `0..n` exactly once.
-fn per_item<T>(arr: &Value, n: usize, idx_key: &str, f: impl Fn(&Value) -> Result<T, String>) -> Result<Vec<T>, String> {
+fn per_item<T>(
+    arr: &Value,
+    n: usize,
+    idx_key: &str,
+    f: impl Fn(&Value) -> Result<T, String>,
+) -> Result<Vec<T>, String> {
     let arr = arr.as_array().ok_or("expected an array")?;
     if arr.len() != n {
         return Err(format!("expected {n} entries, got {}", arr.len()));
@@ -510,7 +563,10 @@ impl Judge for OpenAiJudge {
         };
         self.ask(ctx, task, |v| {
             per_item(&v["scores"], n, "unit", |item| {
-                Ok(BoundaryScore { first: score_in_unit(&item["first"], "first")?, last: score_in_unit(&item["last"], "last")? })
+                Ok(BoundaryScore {
+                    first: score_in_unit(&item["first"], "first")?,
+                    last: score_in_unit(&item["last"], "last")?,
+                })
             })
         })
     }
@@ -519,7 +575,10 @@ impl Judge for OpenAiJudge {
         if episode_passages.is_empty() {
             return Ok((0.0, false));
         }
-        let passages: String = episode_passages.iter().map(|p| format!("---\n{}\n", snippet(p, MAX_ITEM_CHARS))).collect();
+        let passages: String = episode_passages
+            .iter()
+            .map(|p| format!("---\n{}\n", snippet(p, MAX_ITEM_CHARS)))
+            .collect();
         let task = Task {
             name: "about",
             system: ABOUT_SYSTEM,
@@ -562,7 +621,10 @@ impl Judge for OpenAiJudge {
         };
         self.ask(ctx, task, |v| {
             per_item(&v["levels"], n, "fact", |item| {
-                item["level"].as_u64().and_then(|l| WalkLevel::from_u8(l as u8)).ok_or_else(|| "level must be 0, 1, 2 or 3".to_string())
+                item["level"]
+                    .as_u64()
+                    .and_then(|l| WalkLevel::from_u8(l as u8))
+                    .ok_or_else(|| "level must be 0, 1, 2 or 3".to_string())
             })
         })
     }
@@ -651,7 +713,10 @@ mod tests {
     #[test]
     fn per_item_checks_coverage() {
         let ok = json!([{"i": 1, "v": 5}, {"i": 0, "v": 4}]);
-        assert_eq!(per_item(&ok, 2, "i", |x| Ok(x["v"].as_u64().unwrap())).unwrap(), vec![4, 5]);
+        assert_eq!(
+            per_item(&ok, 2, "i", |x| Ok(x["v"].as_u64().unwrap())).unwrap(),
+            vec![4, 5]
+        );
         assert!(per_item(&json!([{"i": 0}, {"i": 0}]), 2, "i", |_| Ok(())).is_err());
         assert!(per_item(&json!([{"i": 0}]), 2, "i", |_| Ok(())).is_err());
         assert!(per_item(&json!([{"i": 0}, {"i": 7}]), 2, "i", |_| Ok(())).is_err());

@@ -40,7 +40,12 @@ struct Cache {
 
 impl RulesJudge {
     pub fn new(embedder: Arc<dyn Embedder>, thresholds: Thresholds, usage: Arc<Usage>) -> RulesJudge {
-        RulesJudge { embedder, t: thresholds, usage, cache: Mutex::new(Cache::default()) }
+        RulesJudge {
+            embedder,
+            t: thresholds,
+            usage,
+            cache: Mutex::new(Cache::default()),
+        }
     }
 
     /// The thresholds in use.
@@ -65,7 +70,11 @@ impl RulesJudge {
         if !todo.is_empty() {
             let vs = self.embedder.embed(ctx, &todo)?;
             if vs.len() != todo.len() {
-                return Err(ModelError::Malformed(format!("embedder returned {} vectors for {} texts", vs.len(), todo.len())));
+                return Err(ModelError::Malformed(format!(
+                    "embedder returned {} vectors for {} texts",
+                    vs.len(),
+                    todo.len()
+                )));
             }
             let fresh: HashMap<&str, Arc<Vec<f32>>> = todo.iter().copied().zip(vs.into_iter().map(Arc::new)).collect();
             let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
@@ -105,7 +114,10 @@ impl RulesJudge {
         all.extend(&chunk_refs);
         let vs = self.vectors(ctx, &all)?;
         let (fv, cv) = vs.split_at(facts.len());
-        Ok(fv.iter().map(|f| cv.iter().map(|c| cosine(f, c)).fold(-1.0f32, f32::max)).collect())
+        Ok(fv
+            .iter()
+            .map(|f| cv.iter().map(|c| cosine(f, c)).fold(-1.0f32, f32::max))
+            .collect())
     }
 
     /// Scores for `about`: the best cosine of the fact to any passage (0 with no passage).
@@ -152,7 +164,11 @@ impl RulesJudge {
         let relevant = self.best_against(ctx, conversation, facts)?;
         // "Already said": a single line of the conversation (without its `speaker:` prefix)
         // that is near-identical, or that contains the fact word for word.
-        let lines: Vec<&str> = conversation.lines().map(strip_speaker).filter(|l| !l.is_empty()).collect();
+        let lines: Vec<&str> = conversation
+            .lines()
+            .map(strip_speaker)
+            .filter(|l| !l.is_empty())
+            .collect();
         let line_norms: Vec<String> = lines.iter().map(|l| Words::of(l).norm).collect();
         let said: Vec<f32> = if lines.is_empty() {
             vec![-1.0; facts.len()]
@@ -161,7 +177,9 @@ impl RulesJudge {
             all.extend(&lines);
             let vs = self.vectors(ctx, &all)?;
             let (fv, lv) = vs.split_at(facts.len());
-            fv.iter().map(|f| lv.iter().map(|l| cosine(f, l)).fold(-1.0f32, f32::max)).collect()
+            fv.iter()
+                .map(|f| lv.iter().map(|l| cosine(f, l)).fold(-1.0f32, f32::max))
+                .collect()
         };
         let verbatim = |i: usize| {
             let f = Words::of(facts[i]).norm;
@@ -225,7 +243,9 @@ pub fn boundary_scores(vs: &[&[f32]], w: usize) -> Vec<BoundaryScore> {
 fn strip_speaker(line: &str) -> &str {
     let line = line.trim();
     match line.split_once(':') {
-        Some((head, rest)) if !head.is_empty() && head.len() <= 24 && !head.contains(char::is_whitespace) => rest.trim(),
+        Some((head, rest)) if !head.is_empty() && head.len() <= 24 && !head.contains(char::is_whitespace) => {
+            rest.trim()
+        }
         _ => line,
     }
 }
@@ -273,14 +293,17 @@ const NEGATIONS: &[&str] = &[
 ];
 /// Number words; the first `NUMBER_VALUES.len()` are rewritten as digits.
 const NUMBER_WORDS: &[&str] = &[
-    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "twenty",
-    "thirty", "forty", "fifty", "hundred", "thousand", "million", "first", "second", "third", "once", "twice",
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+    "twenty", "thirty", "forty", "fifty", "hundred", "thousand", "million", "first", "second", "third", "once",
+    "twice",
 ];
-const NUMBER_VALUES: &[u32] = &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 20, 30, 40, 50, 100, 1000, 1_000_000];
+const NUMBER_VALUES: &[u32] = &[
+    0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 20, 30, 40, 50, 100, 1000, 1_000_000,
+];
 const STOPWORDS: &[&str] = &[
     "a", "an", "the", "and", "or", "of", "to", "in", "on", "at", "for", "with", "by", "is", "are", "was", "were", "be",
-    "been", "has", "have", "had", "do", "does", "did", "it", "its", "this", "that", "as", "from", "their", "his", "her",
-    "they", "he", "she", "i", "we", "you", "my", "our", "your", "will", "would", "also", "very", "really",
+    "been", "has", "have", "had", "do", "does", "did", "it", "its", "this", "that", "as", "from", "their", "his",
+    "her", "they", "he", "she", "i", "we", "you", "my", "our", "your", "will", "would", "also", "very", "really",
 ];
 
 /// The words of a fact as the relation rules see them.
@@ -302,7 +325,11 @@ impl Words {
                 continue;
             }
             // "doesn't" → "doesnt"; keep digits with separators ("1,500", "3.5") whole.
-            let w = if w.chars().any(|c| c.is_ascii_digit()) { w.replace(',', "") } else { w.replace(['\'', '.', ','], "") };
+            let w = if w.chars().any(|c| c.is_ascii_digit()) {
+                w.replace(',', "")
+            } else {
+                w.replace(['\'', '.', ','], "")
+            };
             // "two" and "2" are the same number.
             let w = match NUMBER_WORDS.iter().position(|n| *n == w) {
                 Some(i) if i < NUMBER_VALUES.len() => NUMBER_VALUES[i].to_string(),
@@ -323,7 +350,12 @@ impl Words {
             .filter(|w| !STOPWORDS.contains(&w.as_str()) && !NEGATIONS.contains(&w.as_str()) && !numbers.contains(*w))
             .map(|w| stem(w).to_string())
             .collect();
-        Words { norm: words.join(" "), content, numbers, negated }
+        Words {
+            norm: words.join(" "),
+            content,
+            numbers,
+            negated,
+        }
     }
 
     fn overlap(&self, other: &Words) -> f32 {
@@ -388,7 +420,9 @@ impl Judge for RulesJudge {
     }
 
     fn walk_levels(&self, ctx: &CallCtx, dialogue: &str, facts: &[&str]) -> Result<Vec<WalkLevel>, ModelError> {
-        let r = self.walk_scores(ctx, dialogue, facts).map(|s| s.into_iter().map(|c| self.level(c)).collect());
+        let r = self
+            .walk_scores(ctx, dialogue, facts)
+            .map(|s| s.into_iter().map(|c| self.level(c)).collect());
         self.counted(ctx, r)
     }
 
@@ -410,7 +444,10 @@ mod tests {
     #[test]
     fn chunks_keep_lines_and_bound_words() {
         assert_eq!(chunk_text("", 5), vec![String::new()]);
-        assert_eq!(chunk_text("a b\nc d\n\ne f g", 4), vec!["a b\nc d".to_string(), "e f g".to_string()]);
+        assert_eq!(
+            chunk_text("a b\nc d\n\ne f g", 4),
+            vec!["a b\nc d".to_string(), "e f g".to_string()]
+        );
         let long = "w ".repeat(11);
         assert_eq!(chunk_text(&long, 5).len(), 3);
     }
@@ -420,8 +457,15 @@ mod tests {
         let a = Words::of("Caroline doesn't have 3 dogs.");
         assert!(a.negated);
         assert!(a.numbers.contains("3"));
-        assert!(a.content.contains("carolin") && a.content.contains("dog"), "{:?}", a.content);
-        assert_eq!(Words::of("Caroline likes hiking").content, Words::of("caroline like hike").content);
+        assert!(
+            a.content.contains("carolin") && a.content.contains("dog"),
+            "{:?}",
+            a.content
+        );
+        assert_eq!(
+            Words::of("Caroline likes hiking").content,
+            Words::of("caroline like hike").content
+        );
         let b = Words::of("Caroline has 1,500 dollars");
         assert!(!b.negated && b.numbers.contains("1500"));
     }

@@ -9,9 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use recalld_protocol::{
-    decode_request, encode_frame, encode_reply, ErrorBody, ErrorCode, Frame, FrameDecoder, Reply,
-};
+use recalld_protocol::{decode_request, encode_frame, encode_reply, ErrorBody, ErrorCode, Frame, FrameDecoder, Reply};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, Semaphore};
@@ -50,8 +48,13 @@ async fn serve(stream: UnixStream, state: &Arc<AppState>, mut shutdown: Shutdown
                 Frame::TooLarge { len } => {
                     Counters::bump(&state.counters.bad_frames_total);
                     tracing::warn!(len, max = state.max_frame_bytes, "frame too large");
-                    let msg = format!("frame of {len} bytes exceeds the limit of {} bytes", state.max_frame_bytes);
-                    let _ = tx.send(Reply::err(0, ErrorBody::new(ErrorCode::FrameTooLarge, msg))).await;
+                    let msg = format!(
+                        "frame of {len} bytes exceeds the limit of {} bytes",
+                        state.max_frame_bytes
+                    );
+                    let _ = tx
+                        .send(Reply::err(0, ErrorBody::new(ErrorCode::FrameTooLarge, msg)))
+                        .await;
                     continue;
                 }
                 Frame::Body(body) => body,
@@ -133,7 +136,10 @@ fn push_reply(out: &mut BytesMut, reply: &Reply, max_frame_bytes: usize) {
         tracing::warn!(bytes = body.len(), id = reply.id, "reply over the frame limit");
         let err = ErrorBody::new(
             ErrorCode::ResourceExhausted,
-            format!("reply of {} bytes exceeds the frame limit of {max_frame_bytes} bytes", body.len()),
+            format!(
+                "reply of {} bytes exceeds the frame limit of {max_frame_bytes} bytes",
+                body.len()
+            ),
         );
         let body = encode_reply(&Reply::err(reply.id, err));
         encode_frame(&body, usize::MAX, out).expect("an error reply is small");

@@ -17,7 +17,12 @@ use super::{AppState, Counters};
 use crate::engine::EngineError;
 
 pub async fn handle(state: &Arc<AppState>, request: Request, bytes: usize) -> Reply {
-    let memory = request.args.get("memory").and_then(Value::as_str).unwrap_or("").to_owned();
+    let memory = request
+        .args
+        .get("memory")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
     let span = tracing::debug_span!("req", id = request.id, op = %request.op, memory = %memory, bytes);
     async move {
         Counters::bump(&state.counters.requests_total);
@@ -76,7 +81,10 @@ async fn run(state: &Arc<AppState>, request: Request) -> Result<Value, ErrorBody
             let engine = state.engine.clone();
             blocking(move || engine.export(&a.memory)).await
         }
-        other => Err(ErrorBody::new(ErrorCode::UnknownOp, format!("unknown op {other:?}; known ops: {}", OPS.join(", ")))),
+        other => Err(ErrorBody::new(
+            ErrorCode::UnknownOp,
+            format!("unknown op {other:?}; known ops: {}", OPS.join(", ")),
+        )),
     }
 }
 
@@ -151,6 +159,9 @@ async fn blocking<T: Send + 'static>(
 ) -> Result<T, ErrorBody> {
     match tokio::task::spawn_blocking(f).await {
         Ok(result) => result.map_err(|e| e.to_wire()),
-        Err(join) => Err(ErrorBody::new(ErrorCode::Internal, format!("request task failed: {join}"))),
+        Err(join) => Err(ErrorBody::new(
+            ErrorCode::Internal,
+            format!("request task failed: {join}"),
+        )),
     }
 }

@@ -56,10 +56,17 @@ impl Drop for Listener {
 fn bind(path: &Path, mode: u32, group: Option<&str>) -> Result<Listener, BindError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         if !dir.exists() {
-            std::fs::create_dir_all(dir).map_err(|source| BindError::Dir { path: dir.into(), source })?;
+            std::fs::create_dir_all(dir).map_err(|source| BindError::Dir {
+                path: dir.into(),
+                source,
+            })?;
             let dir_mode = if group.is_some() { 0o750 } else { 0o700 };
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(dir_mode))
-                .map_err(|source| BindError::Dir { path: dir.into(), source })?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(dir_mode)).map_err(|source| {
+                BindError::Dir {
+                    path: dir.into(),
+                    source,
+                }
+            })?;
             if let Some(group) = group {
                 chown_group(dir, group)?;
             }
@@ -77,19 +84,30 @@ fn bind(path: &Path, mode: u32, group: Option<&str>) -> Result<Listener, BindErr
             }
         }
     }
-    let inner = UnixListener::bind(path).map_err(|source| BindError::Bind { path: path.into(), source })?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .map_err(|source| BindError::Permissions { path: path.into(), source })?;
+    let inner = UnixListener::bind(path).map_err(|source| BindError::Bind {
+        path: path.into(),
+        source,
+    })?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|source| BindError::Permissions {
+        path: path.into(),
+        source,
+    })?;
     if let Some(group) = group {
         chown_group(path, group)?;
     }
-    Ok(Listener { inner, owned_path: Some(path.into()), display: path.display().to_string() })
+    Ok(Listener {
+        inner,
+        owned_path: Some(path.into()),
+        display: path.display().to_string(),
+    })
 }
 
 fn chown_group(path: &Path, group: &str) -> Result<(), BindError> {
     let gid = group_id(group).ok_or_else(|| BindError::NoSuchGroup(group.into()))?;
-    std::os::unix::fs::chown(path, None, Some(gid))
-        .map_err(|source| BindError::Permissions { path: path.into(), source })
+    std::os::unix::fs::chown(path, None, Some(gid)).map_err(|source| BindError::Permissions {
+        path: path.into(),
+        source,
+    })
 }
 
 fn group_id(name: &str) -> Option<u32> {
@@ -112,7 +130,10 @@ fn group_id(name: &str) -> Option<u32> {
 fn from_systemd() -> Result<Option<Listener>, BindError> {
     use std::os::unix::io::FromRawFd;
     let pid_matches = std::env::var("LISTEN_PID").ok().and_then(|p| p.parse::<u32>().ok()) == Some(std::process::id());
-    let fds = std::env::var("LISTEN_FDS").ok().and_then(|n| n.parse::<u32>().ok()).unwrap_or(0);
+    let fds = std::env::var("LISTEN_FDS")
+        .ok()
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or(0);
     if !pid_matches || fds < 1 {
         return Ok(None);
     }
@@ -122,12 +143,18 @@ fn from_systemd() -> Result<Option<Listener>, BindError> {
     let inner = UnixListener::from_std(std_listener).map_err(BindError::Activation)?;
     std::env::remove_var("LISTEN_PID");
     std::env::remove_var("LISTEN_FDS");
-    Ok(Some(Listener { inner, owned_path: None, display: "fd 3 (systemd socket activation)".into() }))
+    Ok(Some(Listener {
+        inner,
+        owned_path: None,
+        display: "fd 3 (systemd socket activation)".into(),
+    }))
 }
 
 /// Tells systemd (Type=notify) that we are ready, when NOTIFY_SOCKET is set.
 pub fn notify_ready() {
-    let Ok(addr) = std::env::var("NOTIFY_SOCKET") else { return };
+    let Ok(addr) = std::env::var("NOTIFY_SOCKET") else {
+        return;
+    };
     let sock = match std::os::unix::net::UnixDatagram::unbound() {
         Ok(s) => s,
         Err(_) => return,

@@ -81,6 +81,9 @@ pub async fn serve(listener: Listener, state: Arc<AppState>, shutdown: Shutdown)
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
-    tracing::info!(open = connections.len(), "shutting down: no new connections; finishing in-flight requests");
+    tracing::info!(
+        open = connections.len(),
+        "shutting down: no new connections; finishing in-flight requests"
+    );
     while connections.join_next().await.is_some() {}
 }

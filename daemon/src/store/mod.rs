@@ -66,7 +66,10 @@ impl Table {
     }
 
     fn index(self) -> usize {
-        Table::ALL.iter().position(|t| *t == self).expect("every table is in ALL")
+        Table::ALL
+            .iter()
+            .position(|t| *t == self)
+            .expect("every table is in ALL")
     }
 }
 
@@ -120,8 +123,10 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// Opens (creating if needed) the store in `dir`, checking the schema version.
     pub fn open(dir: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
-        std::fs::create_dir_all(dir)
-            .map_err(|source| StoreError::CreateDir { path: dir.to_path_buf(), source })?;
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
         let env = Environment::new()
             .set_max_dbs(Table::ALL.len() as u32 + 4)
             .set_map_size(opts.map_size)
@@ -133,7 +138,12 @@ impl Store {
         for table in Table::ALL {
             dbs.push(env.create_db(Some(table.name()), DatabaseFlags::empty())?);
         }
-        let store = Store { env, dbs, resize: RwLock::new(()), path: dir.to_path_buf() };
+        let store = Store {
+            env,
+            dbs,
+            resize: RwLock::new(()),
+            path: dir.to_path_buf(),
+        };
         store.check_schema()?;
         Ok(store)
     }
@@ -203,7 +213,9 @@ impl Store {
 
     /// Bytes used by the data file.
     pub fn size_bytes(&self) -> u64 {
-        std::fs::metadata(self.path.join("data.mdb")).map(|m| m.len()).unwrap_or(0)
+        std::fs::metadata(self.path.join("data.mdb"))
+            .map(|m| m.len())
+            .unwrap_or(0)
     }
 
     /// Current map size in bytes.
@@ -220,8 +232,10 @@ fn check_key(key: &[u8]) -> Result<(), StoreError> {
 }
 
 fn decode<V: DeserializeOwned>(table: Table, bytes: &[u8]) -> Result<V, StoreError> {
-    rmp_serde::from_slice(bytes)
-        .map_err(|e| StoreError::Decode { table: table.name(), message: e.to_string() })
+    rmp_serde::from_slice(bytes).map_err(|e| StoreError::Decode {
+        table: table.name(),
+        message: e.to_string(),
+    })
 }
 
 fn get_in<V: DeserializeOwned>(
@@ -247,7 +261,11 @@ fn scan_in(
     mut f: impl FnMut(&[u8], &[u8]) -> Result<bool, StoreError>,
 ) -> Result<(), StoreError> {
     let mut cursor = txn.open_ro_cursor(db)?;
-    let iter = if start.is_empty() { cursor.iter_start() } else { cursor.iter_from(start) };
+    let iter = if start.is_empty() {
+        cursor.iter_start()
+    } else {
+        cursor.iter_from(start)
+    };
     for item in iter {
         let (k, v) = item?;
         if !k.starts_with(prefix) {
@@ -311,7 +329,9 @@ impl Reader<'_> {
         start: &[u8],
         mut f: impl FnMut(&[u8], V) -> Result<bool, StoreError>,
     ) -> Result<(), StoreError> {
-        scan_in(self.txn, self.store.db(table), prefix, start, |k, v| f(k, decode(table, v)?))
+        scan_in(self.txn, self.store.db(table), prefix, start, |k, v| {
+            f(k, decode(table, v)?)
+        })
     }
 
     /// Visits values under `prefix` from the last key backwards, until `f` says stop.
@@ -357,8 +377,10 @@ impl Writer<'_> {
 
     pub fn put<V: Serialize + ?Sized>(&mut self, table: Table, key: &[u8], value: &V) -> Result<(), StoreError> {
         check_key(key)?;
-        let bytes = rmp_serde::to_vec_named(value)
-            .map_err(|e| StoreError::Encode { table: table.name(), message: e.to_string() })?;
+        let bytes = rmp_serde::to_vec_named(value).map_err(|e| StoreError::Encode {
+            table: table.name(),
+            message: e.to_string(),
+        })?;
         self.txn.put(self.store.db(table), &key, &bytes, WriteFlags::empty())?;
         Ok(())
     }
@@ -392,12 +414,28 @@ mod tests {
         store
             .write(|w| {
                 for n in [3u64, 1, 2] {
-                    w.put(Table::Messages, &keys::seq("m", n), &Row { n, text: format!("t{n}") })?;
+                    w.put(
+                        Table::Messages,
+                        &keys::seq("m", n),
+                        &Row {
+                            n,
+                            text: format!("t{n}"),
+                        },
+                    )?;
                 }
-                w.put(Table::Messages, &keys::seq("m2", 1), &Row { n: 99, text: "other".into() })
+                w.put(
+                    Table::Messages,
+                    &keys::seq("m2", 1),
+                    &Row {
+                        n: 99,
+                        text: "other".into(),
+                    },
+                )
             })
             .unwrap();
-        let rows: Vec<Row> = store.read(|r| r.scan(Table::Messages, &keys::memory_prefix("m"))).unwrap();
+        let rows: Vec<Row> = store
+            .read(|r| r.scan(Table::Messages, &keys::memory_prefix("m")))
+            .unwrap();
         assert_eq!(rows.iter().map(|r| r.n).collect::<Vec<_>>(), vec![1, 2, 3]);
         let one: Option<Row> = store.read(|r| r.get(Table::Messages, &keys::seq("m", 2))).unwrap();
         assert_eq!(one.unwrap().text, "t2");
@@ -412,7 +450,9 @@ mod tests {
             Err(StoreError::KeySize { len: 0 })
         });
         assert!(res.is_err());
-        let n = store.read(|r| r.count(Table::Messages, &keys::memory_prefix("m"))).unwrap();
+        let n = store
+            .read(|r| r.count(Table::Messages, &keys::memory_prefix("m")))
+            .unwrap();
         assert_eq!(n, 0);
     }
 
@@ -427,7 +467,9 @@ mod tests {
                 .unwrap();
         }
         assert!(store.map_size() > 256 * 1024, "map never grew");
-        let n = store.read(|r| r.count(Table::Messages, &keys::memory_prefix("m"))).unwrap();
+        let n = store
+            .read(|r| r.count(Table::Messages, &keys::memory_prefix("m")))
+            .unwrap();
         assert_eq!(n, 400);
     }
 
@@ -436,7 +478,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
-            store.write(|w| w.put(Table::Meta, SCHEMA_KEY, &(SCHEMA_VERSION + 1))).unwrap();
+            store
+                .write(|w| w.put(Table::Meta, SCHEMA_KEY, &(SCHEMA_VERSION + 1)))
+                .unwrap();
         }
         let err = Store::open(dir.path(), &StoreOptions::default()).unwrap_err();
         assert!(matches!(err, StoreError::NewerSchema { .. }), "{err}");
@@ -448,10 +492,27 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
-            store.write(|w| w.put(Table::Memories, &keys::memory("m"), &Row { n: 7, text: "kept".into() })).unwrap();
+            store
+                .write(|w| {
+                    w.put(
+                        Table::Memories,
+                        &keys::memory("m"),
+                        &Row {
+                            n: 7,
+                            text: "kept".into(),
+                        },
+                    )
+                })
+                .unwrap();
         }
         let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
         let row: Option<Row> = store.read(|r| r.get(Table::Memories, &keys::memory("m"))).unwrap();
-        assert_eq!(row, Some(Row { n: 7, text: "kept".into() }));
+        assert_eq!(
+            row,
+            Some(Row {
+                n: 7,
+                text: "kept".into()
+            })
+        );
     }
 }

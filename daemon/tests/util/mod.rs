@@ -34,7 +34,12 @@ impl Daemon {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("recalld.sock");
         let data = dir.path().join("data");
-        let mut d = Daemon { child: None, dir, socket, data };
+        let mut d = Daemon {
+            child: None,
+            dir,
+            socket,
+            data,
+        };
         d.spawn(&[]);
         d
     }
@@ -45,20 +50,37 @@ impl Daemon {
         let data = dir.path().join("data");
         let cfg = dir.path().join("recalld.toml");
         std::fs::write(&cfg, config).unwrap();
-        let mut d = Daemon { child: None, dir, socket, data };
+        let mut d = Daemon {
+            child: None,
+            dir,
+            socket,
+            data,
+        };
         d.spawn(&["--config", cfg.to_str().unwrap()]);
         d
     }
 
     pub fn command(&self, extra: &[&str]) -> Command {
         let mut cmd = Command::new(bin());
-        cmd.arg("serve").arg("--socket").arg(&self.socket).arg("--data").arg(&self.data).args(extra);
-        cmd.env_remove("RECALLD_CONFIG").env("RECALLD_LOG", "warn").env("RECALLD_MODEL_DIR", model_dir());
+        cmd.arg("serve")
+            .arg("--socket")
+            .arg(&self.socket)
+            .arg("--data")
+            .arg(&self.data)
+            .args(extra);
+        cmd.env_remove("RECALLD_CONFIG")
+            .env("RECALLD_LOG", "warn")
+            .env("RECALLD_MODEL_DIR", model_dir());
         cmd
     }
 
     pub fn spawn(&mut self, extra: &[&str]) {
-        let child = self.command(extra).stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().unwrap();
+        let child = self
+            .command(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
         self.child = Some(child);
         wait_for_socket(&self.socket, self.child.as_mut().unwrap());
     }

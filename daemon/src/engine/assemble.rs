@@ -1,0 +1,181 @@
+//! Measuring and assembling the request: the fixed part, the budget, the facts block, the
+//! history in view and the note ask, in the provider's format.
+
+use super::fade::in_view;
+use super::records::{Episode, EpisodeState, Fact, StoredMessage};
+use super::state::State;
+use super::{activation, blocks, budget, tokens, Engine};
+use crate::formats::{self, Format, Message};
+use serde_json::Value;
+
+/// Token costs of the note ask and the note tool, counted once (they are reserved on every
+/// decorate).
+pub(super) struct NoteCosts {
+    pub(super) ask: u64,
+    pub(super) tool_chat: u64,
+    pub(super) tool_responses: u64,
+}
+
+impl NoteCosts {
+    pub(super) fn new(tool: &str) -> NoteCosts {
+        let count = |format| tokens::text_tokens(&formats::note_tool(format, tool).to_string()) as u64;
+        NoteCosts {
+            ask: tokens::text_tokens(&blocks::note_ask(1, 1, tool)) as u64 + 4,
+            tool_chat: count(Format::ChatCompletions),
+            tool_responses: count(Format::Responses),
+        }
+    }
+}
+
+impl Engine {
+    /// Sizes and the budget for the request as it would be assembled now.
+    pub(super) fn measure(&self, st: &State, parsed: &formats::ParsedRequest, ratio: Option<f64>) -> Measure {
+        let ceiling = st.memory.ceiling.unwrap_or(self.config.ceiling);
+        let (facts_text, ask_text) = (self.facts_text(st, parsed.format), self.ask_text(st));
+        let mut fixed: u64 = parsed
+            .instructions
+            .iter()
+            .map(|m| tokens::message_tokens(m) as u64)
+            .sum();
+        fixed += tokens::text_tokens(&serde_json::to_string(&parsed.rest).unwrap_or_default()) as u64;
+        fixed += facts_text.as_deref().map_or(0, |t| tokens::text_tokens(t) as u64 + 4);
+        // The note ask and the note tool are reserved even before any ask is out: the fade that
+        // starts an episode leaving adds them, and that request must still fit.
+        fixed += match &ask_text {
+            Some(ask) => tokens::text_tokens(ask) as u64 + 4,
+            None => self.note_costs.ask,
+        };
+        fixed += match parsed.format {
+            Format::ChatCompletions => self.note_costs.tool_chat,
+            Format::Responses => self.note_costs.tool_responses,
+        };
+        let fixed = tokens::corrected(fixed, ratio);
+        let history: Vec<&StoredMessage> = st.history().collect();
+        let current = st.memory.turn;
+        let tok = |m: &StoredMessage| tokens::corrected(m.tokens as u64, ratio);
+        let recent = budget::recent(&history, current, tok);
+        let current_turn: u64 = history
+            .iter()
+            .filter(|m| m.turn == current && current > 0)
+            .map(|m| tok(m))
+            .sum();
+        let budget = budget::budget(ceiling, fixed, &recent, parsed.max_output_tokens, current_turn);
+        let view = history.iter().filter(|m| in_view(st, m)).map(|m| tok(m)).sum();
+        Measure { budget, view }
+    }
+
+    pub(super) fn facts_text(&self, st: &State, _format: Format) -> Option<String> {
+        let now = st.memory.updated_at;
+        let mut facts: Vec<(&Fact, f64)> = st
+            .facts
+            .iter()
+            // A note's facts stay while any episode they were written for is sealed, and leave
+            // with the last of them: forgetting one small episode does not drop a whole note.
+            .filter(|f| {
+                !f.episodes.is_empty()
+                    && f.episodes
+                        .iter()
+                        .any(|e| st.episodes[*e as usize].state == EpisodeState::Sealed)
+            })
+            .map(|f| (f, activation::fact_activation(f, &st.traces, now)))
+            .collect();
+        facts.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.n.cmp(&a.0.n)));
+        blocks::facts_block(&facts.into_iter().map(|(f, _)| f).collect::<Vec<_>>())
+    }
+
+    pub(super) fn ask_text(&self, st: &State) -> Option<String> {
+        let asked: Vec<&Episode> = st
+            .episodes_in(EpisodeState::Leaving)
+            .filter(|e| !e.acknowledged)
+            .collect();
+        let first = asked.iter().map(|e| e.first_turn).min()?;
+        let last = asked.iter().map(|e| e.last_turn).max()?;
+        Some(blocks::note_ask(first, last, &self.config.note_tool))
+    }
+
+    /// instructions; facts block; history in view; note ask (+ note tool) while episodes leave.
+    pub(super) fn assemble(
+        &self,
+        st: &State,
+        parsed: &formats::ParsedRequest,
+        ratio: Option<f64>,
+        measure: &Measure,
+    ) -> Assembled {
+        let format = parsed.format;
+        let role = parsed.instructions_role;
+        let mut view: Vec<&StoredMessage> = st.history().filter(|m| in_view(st, m)).collect();
+        let facts = self.facts_text(st, format);
+        let ask = self.ask_text(st);
+        // Over the ceiling even so (a huge turn): hold back whole episodes, least active first,
+        // never the turn in progress. They keep their state and come back when there is room.
+        // Live ones go first: a leaving episode is held back only as a last resort, since the
+        // note ask asks the model for its facts and the model can only write what it sees.
+        let mut hidden = Vec::new();
+        let ceiling = measure.budget.ceiling;
+        let mut total = measure.budget.fixed + measure.view;
+        if total > ceiling {
+            let act = activation::of_episodes(st.episodes.len(), &st.traces, st.memory.updated_at);
+            let mut candidates: Vec<&Episode> = st
+                .episodes
+                .iter()
+                .filter(|e| matches!(e.state, EpisodeState::Live | EpisodeState::Leaving))
+                .collect();
+            candidates.sort_by(|a, b| {
+                let leaving = |e: &Episode| e.state == EpisodeState::Leaving;
+                leaving(a)
+                    .cmp(&leaving(b))
+                    .then(act[a.n as usize].total_cmp(&act[b.n as usize]))
+            });
+            for e in candidates {
+                if total <= ceiling {
+                    break;
+                }
+                let size: u64 = view
+                    .iter()
+                    .filter(|m| m.seq >= e.first_seq && m.seq <= e.last_seq)
+                    .map(|m| tokens::corrected(m.tokens as u64, ratio))
+                    .sum();
+                view.retain(|m| m.seq < e.first_seq || m.seq > e.last_seq);
+                total = total.saturating_sub(size);
+                hidden.push(e.n);
+            }
+        }
+        let mut messages: Vec<Message> = Vec::new();
+        if let Some(text) = &facts {
+            messages.push(Message::new(format, role, text.clone()));
+        }
+        if parsed.provider_history.is_some() {
+            // The provider holds the history (previous_response_id / conversation): we cannot
+            // trim it, so the request's own items go as sent, with our blocks around them.
+            messages.extend(parsed.history.iter().cloned());
+        } else {
+            messages.extend(view.iter().flat_map(|m| m.message.to_format(format)));
+        }
+        let mut extra_tools = Vec::new();
+        if let Some(text) = &ask {
+            messages.push(Message::new(format, role, text.clone()));
+            extra_tools.push(formats::note_tool(format, &self.config.note_tool));
+        }
+        let request = formats::render_request(format, &parsed.instructions, &messages, &parsed.rest, &extra_tools);
+        Assembled {
+            request,
+            tokens: total,
+            note_ask: ask.is_some(),
+            hidden,
+            in_view: view.iter().map(|m| m.seq).collect(),
+        }
+    }
+}
+
+pub(super) struct Measure {
+    pub(super) budget: budget::Budget,
+    pub(super) view: u64,
+}
+
+pub(super) struct Assembled {
+    pub(super) request: Value,
+    pub(super) tokens: u64,
+    pub(super) note_ask: bool,
+    pub(super) hidden: Vec<u64>,
+    pub(super) in_view: Vec<u64>,
+}
