@@ -22,18 +22,28 @@ pub fn of_episodes(episodes: usize, traces: &[Trace], now: f64) -> Vec<f64> {
     out
 }
 
-pub fn significance<'a>(traces: impl IntoIterator<Item = &'a Trace>) -> f64 {
-    traces.into_iter().filter(|t| t.counted).map(|t| t.score).sum()
+/// Significance of every episode (indexed by episode number): the plain sum of its counted
+/// traces, encoding included, never faded.
+pub fn significance_of_episodes(episodes: usize, traces: &[Trace]) -> Vec<f64> {
+    let mut out = vec![0.0; episodes];
+    for t in traces.iter().filter(|t| t.counted) {
+        if let Some(s) = out.get_mut(t.episode as usize) {
+            *s += t.score;
+        }
+    }
+    out
 }
 
-/// A fact's activation: its own counted traces, plus the moment it was written.
-pub fn fact_activation<'a>(fact: &Fact, traces: impl IntoIterator<Item = &'a Trace>, now: f64) -> f64 {
-    faded(1.0, fact.at, now)
-        + traces
-            .into_iter()
-            .filter(|t| t.counted && t.fact == Some(fact.n))
-            .map(|t| faded(t.score, t.at, now))
-            .sum::<f64>()
+/// Every fact's activation (indexed by fact number): the moment it was written, plus its own
+/// counted traces, each faded the same way.
+pub fn of_facts(facts: &[Fact], traces: &[Trace], now: f64) -> Vec<f64> {
+    let mut out: Vec<f64> = facts.iter().map(|f| faded(1.0, f.at, now)).collect();
+    for t in traces.iter().filter(|t| t.counted) {
+        if let Some(a) = t.fact.and_then(|f| out.get_mut(f as usize)) {
+            *a += faded(t.score, t.at, now);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -64,8 +74,31 @@ mod tests {
     #[test]
     fn only_counted_traces_count_and_significance_never_fades() {
         let t = [trace(0.0, 1.0, true), trace(0.0, 0.9, false), trace(0.0, 0.7, true)];
-        assert!((significance(&t) - 1.7).abs() < 1e-12);
+        assert!((significance_of_episodes(1, &t)[0] - 1.7).abs() < 1e-12);
         assert!(of_episodes(1, &t, 1e9)[0] < 0.01);
-        assert!((significance(&t) - 1.7).abs() < 1e-12);
+        assert!((significance_of_episodes(1, &t)[0] - 1.7).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_fact_renewed_by_a_counted_trace_is_more_active() {
+        let fact = |n| Fact {
+            n,
+            note: String::new(),
+            subject: String::new(),
+            object: String::new(),
+            milestone: false,
+            at: 0.0,
+            episodes: vec![],
+            note_seq: 0,
+            first_turn: 1,
+            last_turn: 1,
+        };
+        let mut t = trace(3600.0, 0.8, true);
+        t.fact = Some(1);
+        let mut uncounted = trace(3600.0, 0.9, false);
+        uncounted.fact = Some(0);
+        let a = of_facts(&[fact(0), fact(1)], &[t, uncounted], 3600.0);
+        assert!((a[0] - 1.0 / 60f64.sqrt()).abs() < 1e-12);
+        assert!((a[1] - (1.0 / 60f64.sqrt() + 0.8)).abs() < 1e-12);
     }
 }

@@ -65,7 +65,7 @@ impl Engine {
     }
 
     pub(super) fn facts_text(&self, st: &State, _format: Format) -> Option<String> {
-        let now = st.memory.updated_at;
+        let activations = activation::of_facts(&st.facts, &st.traces, st.memory.updated_at);
         let mut facts: Vec<(&Fact, f64)> = st
             .facts
             .iter()
@@ -77,7 +77,7 @@ impl Engine {
                         .iter()
                         .any(|e| st.episodes[*e as usize].state == EpisodeState::Sealed)
             })
-            .map(|f| (f, activation::fact_activation(f, &st.traces, now)))
+            .map(|f| (f, activations[f.n as usize]))
             .collect();
         facts.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.n.cmp(&a.0.n)));
         blocks::facts_block(&facts.into_iter().map(|(f, _)| f).collect::<Vec<_>>())

@@ -285,6 +285,7 @@ impl Engine {
         });
         st.memory.updated_at = now;
         let activations = activation::of_episodes(st.episodes.len(), &st.traces, now);
+        let significances = activation::significance_of_episodes(st.episodes.len(), &st.traces);
         let info = json!({
             "format": parsed.format,
             "stored": plan.new.len(),
@@ -312,7 +313,7 @@ impl Engine {
                 "n": e.n, "state": e.state, "turns": [e.first_turn, e.last_turn],
                 "seqs": [e.first_seq, e.last_seq], "tokens": e.tokens,
                 "activation": activations[e.n as usize],
-                "significance": activation::significance(st.traces.iter().filter(|t| t.episode == e.n)),
+                "significance": significances[e.n as usize],
                 "facts": e.facts,
             })).collect::<Vec<_>>(),
         });
