@@ -112,6 +112,11 @@ mod tests {
     use crate::engine::records::{MemoryRecord, Source, StoredMessage};
     use crate::formats::Role;
 
+    fn plan_for(mem: &MemoryRecord, st: &[StoredMessage], incoming: &[Message], mode: HistoryMode) -> Plan {
+        let fingerprints: Vec<u64> = st.iter().map(|m| m.fingerprint).collect();
+        plan(mem.next_seq > 0, &fingerprints, incoming, mode)
+    }
+
     fn stored(ms: &[Message]) -> (MemoryRecord, Vec<StoredMessage>) {
         let mut mem = MemoryRecord::new("m", 0.0);
         let mut out = Vec::new();
@@ -132,12 +137,7 @@ mod tests {
         let (mem, st) = stored(&old);
         let mut incoming = old.clone();
         incoming.extend(msgs(&[("a", "fine"), ("u", "good")]));
-        let p = plan(
-            mem.next_seq > 0,
-            &st.iter().map(|m| m.fingerprint).collect::<Vec<_>>(),
-            &incoming,
-            HistoryMode::Full,
-        );
+        let p = plan_for(&mem, &st, &incoming, HistoryMode::Full);
         assert_eq!(p.aligned, "extends");
         assert_eq!(
             p.new.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(),
@@ -151,12 +151,7 @@ mod tests {
         let old = msgs(&[("u", "a"), ("a", "b"), ("u", "c"), ("a", "d")]);
         let (mem, st) = stored(&old);
         let incoming = msgs(&[("u", "c"), ("a", "d"), ("u", "e")]);
-        let p = plan(
-            mem.next_seq > 0,
-            &st.iter().map(|m| m.fingerprint).collect::<Vec<_>>(),
-            &incoming,
-            HistoryMode::Full,
-        );
+        let p = plan_for(&mem, &st, &incoming, HistoryMode::Full);
         assert_eq!(p.aligned, "extends");
         assert_eq!(p.new.len(), 1);
     }
@@ -166,12 +161,7 @@ mod tests {
         let old = msgs(&[("u", "yes"), ("a", "ok"), ("u", "yes"), ("a", "ok")]);
         let (mem, st) = stored(&old);
         let incoming = msgs(&[("u", "yes"), ("a", "ok"), ("u", "next")]);
-        let p = plan(
-            mem.next_seq > 0,
-            &st.iter().map(|m| m.fingerprint).collect::<Vec<_>>(),
-            &incoming,
-            HistoryMode::Full,
-        );
+        let p = plan_for(&mem, &st, &incoming, HistoryMode::Full);
         assert_eq!(p.aligned, "extends");
         assert_eq!(p.new.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(), vec!["next"]);
     }
@@ -181,12 +171,7 @@ mod tests {
         let old = msgs(&[("u", "a"), ("a", "b"), ("u", "c"), ("a", "d")]);
         let (mem, st) = stored(&old);
         let incoming = msgs(&[("u", "a"), ("a", "b"), ("u", "C edited")]);
-        let p = plan(
-            mem.next_seq > 0,
-            &st.iter().map(|m| m.fingerprint).collect::<Vec<_>>(),
-            &incoming,
-            HistoryMode::Full,
-        );
+        let p = plan_for(&mem, &st, &incoming, HistoryMode::Full);
         assert_eq!(p.aligned, "edit");
         assert_eq!(p.supersede_from, Some(2));
         assert_eq!(p.new.len(), 1);
@@ -197,12 +182,7 @@ mod tests {
         let old = msgs(&[("u", "a"), ("a", "b")]);
         let (mem, st) = stored(&old);
         let incoming = msgs(&[("u", "a")]);
-        let p = plan(
-            mem.next_seq > 0,
-            &st.iter().map(|m| m.fingerprint).collect::<Vec<_>>(),
-            &incoming,
-            HistoryMode::Delta,
-        );
+        let p = plan_for(&mem, &st, &incoming, HistoryMode::Delta);
         assert_eq!(p.new.len(), 1);
     }
 }

@@ -34,7 +34,7 @@ use assemble::NoteCosts;
 use fade::{fade, seal_acknowledged};
 use ingest::remember_instructions;
 use notes::NoteCall;
-use records::{EpisodeState, JobKind, Source, StoredMessage};
+use records::{JobKind, Source, StoredMessage};
 use state::State;
 
 /// Engine settings (`[engine]` in the config file).
@@ -260,19 +260,6 @@ impl Engine {
             self.cut(&mut st, measure.budget.history, true);
             faded = fade(&mut st, measure.budget.landing, measure.view, now, ratio);
             measure = self.measure(&st, &parsed, ratio);
-            // The fade's own note ask (and the note tool) are part of the fixed size: with them
-            // the landing is lower. Carry on to the landing as it is now, in the same fade.
-            if faded && st.any_leaving() {
-                let leaving: u64 = st
-                    .episodes_in(EpisodeState::Leaving)
-                    .map(|e| tokens::corrected(e.tokens, ratio))
-                    .sum();
-                let projected = measure.view.saturating_sub(leaving);
-                if projected > measure.budget.landing {
-                    fade(&mut st, measure.budget.landing, projected, now, ratio);
-                    measure = self.measure(&st, &parsed, ratio);
-                }
-            }
         }
 
         st.memory.last_budget = Some(measure.budget.history);
