@@ -2,7 +2,10 @@
 //! memory runs), off the request path. Jobs live in the store, so a restart resumes them.
 //!
 //! Workers are plain threads: the work is the judge's (CPU, or blocking HTTP) and the store's.
+//! A memory is claimed by one worker until its queue is empty, so with several workers a
+//! memory notified twice still runs each job once; different memories run in parallel.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
@@ -12,8 +15,40 @@ use std::time::Duration;
 use crate::engine::Engine;
 
 pub struct Lanes {
+    tx: mpsc::Sender<String>,
     stop: Arc<AtomicBool>,
     workers: Vec<JoinHandle<()>>,
+}
+
+/// Which memories a worker is running, and which of those were notified meanwhile.
+#[derive(Default)]
+struct Claims {
+    busy: HashSet<String>,
+    again: HashSet<String>,
+}
+
+impl Claims {
+    /// True when the caller now runs `memory`; otherwise its runner is told to look again.
+    fn claim(&mut self, memory: &str) -> bool {
+        if self.busy.contains(memory) {
+            self.again.insert(memory.to_owned());
+            false
+        } else {
+            self.busy.insert(memory.to_owned());
+            true
+        }
+    }
+
+    /// Called when the runner found the queue empty: true when it must look again (a notice
+    /// came in while it ran), else the claim is released.
+    fn release(&mut self, memory: &str) -> bool {
+        if self.again.remove(memory) {
+            true
+        } else {
+            self.busy.remove(memory);
+            false
+        }
+    }
 }
 
 impl Lanes {
@@ -31,19 +66,25 @@ impl Lanes {
             }
             Err(e) => tracing::error!(error = %e, "cannot read queued jobs"),
         }
-        engine.set_lane_notifier(tx);
+        engine.set_lane_notifier(tx.clone());
         let rx = Arc::new(Mutex::new(rx));
+        let claims = Arc::new(Mutex::new(Claims::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let workers = (0..workers.max(1))
             .map(|i| {
-                let (engine, rx, stop) = (engine.clone(), rx.clone(), stop.clone());
+                let (engine, rx, claims, stop) = (engine.clone(), rx.clone(), claims.clone(), stop.clone());
                 std::thread::Builder::new()
                     .name(format!("recalld-lane-{i}"))
-                    .spawn(move || work(&engine, &rx, &stop))
+                    .spawn(move || work(&engine, &rx, &claims, &stop))
                     .expect("spawn lane worker")
             })
             .collect();
-        Lanes { stop, workers }
+        Lanes { tx, stop, workers }
+    }
+
+    /// Tells the workers `memory` may have jobs (the engine does this itself after an op).
+    pub fn notify(&self, memory: &str) {
+        let _ = self.tx.send(memory.to_owned());
     }
 
     /// Lets each worker finish the job it is running, then stops. Queued jobs stay in the store.
@@ -55,7 +96,8 @@ impl Lanes {
     }
 }
 
-fn work(engine: &Engine, rx: &Mutex<Receiver<String>>, stop: &AtomicBool) {
+fn work(engine: &Engine, rx: &Mutex<Receiver<String>>, claims: &Mutex<Claims>, stop: &AtomicBool) {
+    let claims = || claims.lock().unwrap_or_else(|e| e.into_inner());
     while !stop.load(Ordering::SeqCst) {
         let next = rx
             .lock()
@@ -66,17 +108,30 @@ fn work(engine: &Engine, rx: &Mutex<Receiver<String>>, stop: &AtomicBool) {
             Err(RecvTimeoutError::Timeout) => continue,
             Err(RecvTimeoutError::Disconnected) => return,
         };
+        if !claims().claim(&memory) {
+            continue; // its runner will look again before letting go
+        }
         let span = tracing::debug_span!("lane", memory = %memory);
         let _enter = span.enter();
-        while !stop.load(Ordering::SeqCst) {
-            match engine.run_next_job(&memory) {
-                Ok(true) => continue,
-                Ok(false) => break,
-                Err(e) => {
-                    // The job stays queued; it is tried again on the next notice or restart.
-                    tracing::error!(error = %e, "background job failed");
-                    break;
-                }
+        loop {
+            drain(engine, &memory, stop);
+            if stop.load(Ordering::SeqCst) || !claims().release(&memory) {
+                break;
+            }
+        }
+    }
+}
+
+/// Runs the memory's jobs, oldest first, until none is left (or a job fails, or we stop).
+fn drain(engine: &Engine, memory: &str, stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        match engine.run_next_job(memory) {
+            Ok(true) => continue,
+            Ok(false) => break,
+            Err(e) => {
+                // The job stays queued; it is tried again on the next notice or restart.
+                tracing::error!(error = %e, "background job failed");
+                break;
             }
         }
     }

@@ -38,12 +38,18 @@ pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>
     )?);
     let models = models::Models::load(&settings.models, &settings.data_dir)?;
     tracing::info!(embedder = ?models.embedder.id(), judge = %models.judge.name(), "models loaded");
-    record_embedder(&store, &models.embedder.id())?;
+    let changed = record_embedder(&store, &models.embedder.id())?;
     let engine = Arc::new(engine::Engine::new(
         store.clone(),
         Some(models),
         settings.engine.clone(),
     ));
+    if changed {
+        match engine.queue_reembed() {
+            Ok(n) => tracing::info!(memories = n, "re-embedding stored vectors in the background"),
+            Err(e) => tracing::error!(error = %e, "cannot queue re-embedding"),
+        }
+    }
     let listener = server::Listener::open(&settings.socket, settings.socket_mode, settings.socket_group.as_deref())?;
     tracing::info!(socket = %listener.display, data = %settings.data_dir.display(), "listening");
     println!(
@@ -70,17 +76,18 @@ pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>
     Ok(())
 }
 
-/// Keeps the embedding model's identity (name, dimension) with the data. A change is logged
-/// and recorded, so vectors are never mixed across models: the derived vector indexes are
-/// rebuilt from the store under the new identity (there are none yet; see ARCHITECTURE.md).
-fn record_embedder(store: &store::Store, id: &models::ModelId) -> Result<(), store::StoreError> {
+/// Keeps the embedding model's identity (name, dimension) with the data. Returns true when it
+/// changed from a recorded one: every memory's stored vectors are then embedded again in the
+/// background (each vector names its model, so old and new are never mixed).
+fn record_embedder(store: &store::Store, id: &models::ModelId) -> Result<bool, store::StoreError> {
     const KEY: &[u8] = b"embedder";
     let stored: Option<models::ModelId> = store.read(|r| r.get(store::Table::Meta, KEY))?;
-    if stored.as_ref() != Some(id) {
-        if let Some(old) = &stored {
-            tracing::warn!(from = ?old, to = ?id, "embedding model changed; derived vectors will be rebuilt");
-        }
-        store.write(|w| w.put(store::Table::Meta, KEY, id))?;
+    if stored.as_ref() == Some(id) {
+        return Ok(false);
     }
-    Ok(())
+    if let Some(old) = &stored {
+        tracing::warn!(from = ?old, to = ?id, "embedding model changed; stored vectors will be embedded again");
+    }
+    store.write(|w| w.put(store::Table::Meta, KEY, id))?;
+    Ok(stored.is_some())
 }

@@ -83,15 +83,9 @@ mod tests {
     fn a_fact_renewed_by_a_counted_trace_is_more_active() {
         let fact = |n| Fact {
             n,
-            note: String::new(),
-            subject: String::new(),
-            object: String::new(),
-            milestone: false,
-            at: 0.0,
-            episodes: vec![],
-            note_seq: 0,
             first_turn: 1,
             last_turn: 1,
+            ..Fact::new("", "", "", false, 0.0)
         };
         let mut t = trace(3600.0, 0.8, true);
         t.fact = Some(1);

@@ -64,23 +64,34 @@ impl Engine {
         Measure { budget, view }
     }
 
-    pub(super) fn facts_text(&self, st: &State, _format: Format) -> Option<String> {
+    pub(super) fn facts_text<'a>(&self, st: &'a State, _format: Format) -> Option<String> {
         let activations = activation::of_facts(&st.facts, &st.traces, st.memory.updated_at);
         let mut facts: Vec<(&Fact, f64)> = st
             .facts
             .iter()
-            // A note's facts stay while any episode they were written for is sealed, and leave
-            // with the last of them: forgetting one small episode does not drop a whole note.
+            // Active facts only (a merged fact lives on in the one it merged into; a retired
+            // one was contradicted). A note's facts stay while any episode they (or their
+            // restatements) were written for is sealed, and leave with the last of them:
+            // forgetting one small episode does not drop a whole note.
             .filter(|f| {
-                !f.episodes.is_empty()
-                    && f.episodes
-                        .iter()
-                        .any(|e| st.episodes[*e as usize].state == EpisodeState::Sealed)
+                f.is_active()
+                    && f.all_episodes()
+                        .any(|e| st.episodes.get(e as usize).is_some_and(|e| e.state == EpisodeState::Sealed))
             })
             .map(|f| (f, activations[f.n as usize]))
             .collect();
         facts.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.n.cmp(&a.0.n)));
-        blocks::facts_block(&facts.into_iter().map(|(f, _)| f).collect::<Vec<_>>())
+        // Entities under their resolved names once the lane has placed the fact.
+        let name = |entity: Option<u64>, written: &'a str| -> &'a str {
+            entity
+                .and_then(|n| st.entities.get(n as usize))
+                .map_or(written, |e| e.name.as_str())
+        };
+        let lines: Vec<(&Fact, [&str; 2])> = facts
+            .into_iter()
+            .map(|(f, _)| (f, [name(f.subject_entity, &f.subject), name(f.object_entity, &f.object)]))
+            .collect();
+        blocks::facts_block(&lines)
     }
 
     pub(super) fn ask_text(&self, st: &State) -> Option<String> {

@@ -14,13 +14,12 @@ pub fn is_our_block(text: &str) -> bool {
         || (text.starts_with(NOTE_ASK_HEADER_PREFIX) && text.contains("is leaving live context"))
 }
 
-/// The facts block: facts (most active first) then milestones, each with its two entities.
-pub fn facts_block(facts: &[&Fact]) -> Option<String> {
-    let line = |f: &Fact| {
-        let entities: Vec<&str> = [f.subject.as_str(), f.object.as_str()]
-            .into_iter()
-            .filter(|e| !e.is_empty())
-            .collect();
+/// The facts block: facts (most active first) then milestones, each with its two entities
+/// (their resolved names, as the caller gives them).
+pub fn facts_block(facts: &[(&Fact, [&str; 2])]) -> Option<String> {
+    let line = |(f, names): &(&Fact, [&str; 2])| {
+        let mut entities: Vec<&str> = names.iter().copied().filter(|e| !e.is_empty()).collect();
+        entities.dedup();
         if entities.is_empty() {
             format!("- {}", f.note)
         } else {
@@ -29,13 +28,13 @@ pub fn facts_block(facts: &[&Fact]) -> Option<String> {
     };
     let plain: Vec<String> = facts
         .iter()
-        .filter(|f| !f.milestone && !f.note.is_empty())
-        .map(|f| line(f))
+        .filter(|(f, _)| !f.milestone && !f.note.is_empty())
+        .map(line)
         .collect();
     let milestones: Vec<String> = facts
         .iter()
-        .filter(|f| f.milestone && !f.note.is_empty())
-        .map(|f| line(f))
+        .filter(|(f, _)| f.milestone && !f.note.is_empty())
+        .map(line)
         .collect();
     if plain.is_empty() && milestones.is_empty() {
         return None;
@@ -82,16 +81,9 @@ mod tests {
 
     fn fact(note: &str, s: &str, o: &str, milestone: bool) -> Fact {
         Fact {
-            n: 0,
-            note: note.into(),
-            subject: s.into(),
-            object: o.into(),
-            milestone,
-            at: 0.0,
-            episodes: vec![],
-            note_seq: 0,
             first_turn: 1,
             last_turn: 1,
+            ..Fact::new(note, s, o, milestone, 0.0)
         }
     }
 
@@ -99,13 +91,13 @@ mod tests {
     fn facts_block_lists_facts_then_milestones() {
         let a = fact("Launch is on 2026-03-14.", "pricing page", "launch date", false);
         let b = fact("Copy v3 was approved.", "user", "copy v3", true);
-        let text = facts_block(&[&b, &a]).unwrap();
+        let text = facts_block(&[(&b, ["user", "copy v3"]), (&a, ["pricing page", "launch date"])]).unwrap();
         assert_eq!(
             text,
             format!("{FACTS_HEADER}\n- Launch is on 2026-03-14. [pricing page, launch date]\nMilestones:\n- Copy v3 was approved. [user, copy v3]")
         );
         assert!(is_our_block(&text));
-        assert!(facts_block(&[&fact("", "", "", false)]).is_none());
+        assert!(facts_block(&[(&fact("", "", "", false), ["", ""])]).is_none());
     }
 
     #[test]

@@ -1,36 +1,46 @@
-//! Cutting closed history into episodes: sizes decide how many cuts, the judge's boundary
-//! ranking decides where. The turn in progress is never cut.
+//! Cutting closed history into episodes: sizes decide how many cuts, the boundary scores the
+//! lane judged for each unit decide where. A cut is arithmetic over stored scores and sizes: no
+//! model runs here, so it is done under the memory's lock and on the request path in
+//! microseconds. The turn in progress is never cut.
+
+use serde::Serialize;
 
 use super::records::{Episode, EpisodeState, StoredMessage};
 use super::state::State;
 use super::{units, Engine};
-use crate::models::CallCtx;
+
+/// Judged units before the first unscored one that a batch carries as context (the built-in
+/// judge compares a unit with the two before and after it).
+pub(super) const CONTEXT_UNITS: usize = 2;
+
+/// What a cut did, for `info`: how many of the units it ranked had stored scores (the rest
+/// ranked alike, so sizes alone placed the cuts near them).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(super) struct CutReport {
+    pub units: usize,
+    pub scored: usize,
+    pub episodes: usize,
+}
 
 impl Engine {
     /// Cuts closed, uncut history into episodes. With `force`, any closed history is cut (a
     /// fade needs episodes); otherwise only once it reaches twice the largest episode.
-    pub(super) fn cut(&self, st: &mut State, history_budget: u64, force: bool) {
+    pub(super) fn cut(&self, st: &mut State, history_budget: u64, force: bool) -> Option<CutReport> {
         if !force && !self.cut_ready(st, history_budget) {
-            return;
+            return None;
         }
         let max = self.max_episode(history_budget);
         let min = max / 4;
         let closed = closed_uncut(st);
         if closed.is_empty() {
-            return;
+            return None;
         }
         let units = units::units(&closed);
         let sizes: Vec<u64> = units
             .iter()
             .map(|u| closed[u.start..u.end].iter().map(|m| m.tokens as u64).sum())
             .collect();
-        let started = std::time::Instant::now();
-        let rank = self.boundary_rank(st, &closed, &units);
-        tracing::debug!(
-            units = units.len(),
-            micros = started.elapsed().as_micros() as u64,
-            "boundaries judged"
-        );
+        let (rank, scored) = stored_rank(st, &closed, &units);
         let cuts = units::cut_points(&sizes, &rank, max, min);
         let mut bounds = vec![0];
         bounds.extend(cuts);
@@ -54,9 +64,16 @@ impl Engine {
                 }
             })
             .collect();
+        let report = CutReport {
+            units: units.len(),
+            scored,
+            episodes: pieces.len(),
+        };
         for e in pieces {
             st.push_episode(e);
         }
+        st.prune_unit_scores();
+        Some(report)
     }
 
     /// The history budget background cuts go by: the last decorate's, else the ceiling.
@@ -75,46 +92,86 @@ impl Engine {
         let total: u64 = closed_uncut(st).iter().map(|m| m.tokens as u64).sum();
         total >= 2 * self.max_episode(history_budget)
     }
+}
 
-    /// The order of boundaries: before unit i, "unit i starts a concept" + "unit i−1 ends one",
-    /// from the judge. Without a judge, or when it fails, all boundaries rank alike and sizes
-    /// alone decide (the most balanced cut).
-    pub(super) fn boundary_rank(&self, st: &State, closed: &[&StoredMessage], units: &[units::Unit]) -> Vec<f64> {
-        let flat = vec![0.0; units.len()];
-        let Some(models) = &self.models else { return flat };
-        if units.len() < 2 {
-            return flat;
-        }
-        // The head of each unit stands for it: the built-in judge's cost grows with text length
-        // (attention is quadratic), and a unit's opening says what it is about.
-        let texts: Vec<String> = units
+/// The stored score of a unit, if it was judged over exactly these messages.
+fn score_of<'a>(st: &'a State, closed: &[&StoredMessage], u: &units::Unit) -> Option<&'a super::records::UnitScore> {
+    let (start, end) = (closed[u.start].seq, closed[u.end - 1].seq);
+    st.unit_scores.get(&start).filter(|s| s.end_seq == end)
+}
+
+/// The order of the boundary before each unit: "unit i starts a concept" + "unit i−1 ends one",
+/// from the scores stored for both. A boundary missing either score ranks at the median of the
+/// known ones, so it is neither preferred nor avoided; with none known, sizes alone decide.
+/// Also returns how many units had a score.
+fn stored_rank(st: &State, closed: &[&StoredMessage], units: &[units::Unit]) -> (Vec<f64>, usize) {
+    let scores: Vec<_> = units.iter().map(|u| score_of(st, closed, u)).collect();
+    let scored = scores.iter().filter(|s| s.is_some()).count();
+    let known: Vec<Option<f64>> = (0..units.len())
+        .map(|i| match (i, scores[i], i.checked_sub(1).and_then(|p| scores[p])) {
+            (0, _, _) => None,
+            (_, Some(here), Some(before)) => Some((here.first + before.last) as f64),
+            _ => None,
+        })
+        .collect();
+    let mut sorted: Vec<f64> = known.iter().flatten().copied().collect();
+    sorted.sort_by(f64::total_cmp);
+    let neutral = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
+    (known.into_iter().map(|k| k.unwrap_or(neutral)).collect(), scored)
+}
+
+/// The next units the lane should judge: closed, uncut units without a complete score, after
+/// up to [`CONTEXT_UNITS`] judged ones as context. `spans[i]` is unit i's (first, last) seq.
+pub(super) struct UnitBatch {
+    pub spans: Vec<(u64, u64)>,
+    pub texts: Vec<String>,
+    /// How many leading units are context only (their scores are kept as they are).
+    pub context: usize,
+}
+
+pub(super) fn units_to_score(st: &State) -> Option<UnitBatch> {
+    let closed = closed_uncut(st);
+    let units = units::units(&closed);
+    let first_open = units
+        .iter()
+        .position(|u| score_of(st, &closed, u).is_none_or(|s| !s.complete))?;
+    let from = first_open.saturating_sub(CONTEXT_UNITS);
+    let chosen = &units[from..];
+    Some(UnitBatch {
+        spans: chosen
             .iter()
-            .map(|u| {
-                let joined = closed[u.start..u.end]
-                    .iter()
-                    .map(|m| truncate(&m.message.text, 400))
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                truncate(&joined, UNIT_TEXT_CHARS)
-            })
-            .collect();
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        match models.judge.boundaries(&CallCtx { memory: &st.memory.id }, &refs) {
-            Ok(scores) if scores.len() == units.len() => (0..units.len())
-                .map(|i| {
-                    if i == 0 {
-                        0.0
-                    } else {
-                        (scores[i].first + scores[i - 1].last) as f64
-                    }
-                })
-                .collect(),
-            Ok(_) | Err(_) => {
-                tracing::warn!("judge gave no boundary scores; cutting by size");
-                flat
-            }
-        }
-    }
+            .map(|u| (closed[u.start].seq, closed[u.end - 1].seq))
+            .collect(),
+        texts: chosen.iter().map(|u| unit_text(&closed[u.start..u.end])).collect(),
+        context: first_open - from,
+    })
+}
+
+/// Whether some closed, uncut unit has no complete score yet.
+pub(super) fn needs_scoring(st: &State) -> bool {
+    closed_unit_spans(st)
+        .iter()
+        .any(|(start, end)| st.unit_scores.get(start).is_none_or(|s| s.end_seq != *end || !s.complete))
+}
+
+/// The (first, last) seq of each closed, uncut unit.
+pub(super) fn closed_unit_spans(st: &State) -> Vec<(u64, u64)> {
+    let closed = closed_uncut(st);
+    units::units(&closed)
+        .iter()
+        .map(|u| (closed[u.start].seq, closed[u.end - 1].seq))
+        .collect()
+}
+
+/// The head of a unit stands for it: the built-in judge's cost grows with text length
+/// (attention is quadratic), and a unit's opening says what it is about.
+fn unit_text(ms: &[&StoredMessage]) -> String {
+    let joined = ms
+        .iter()
+        .map(|m| truncate(&m.message.text, 400))
+        .collect::<Vec<_>>()
+        .join("\n");
+    truncate(&joined, UNIT_TEXT_CHARS)
 }
 
 /// History of closed turns that no episode holds yet.

@@ -1,77 +1,311 @@
 //! Background jobs of one memory (run by `lanes`): judging new facts against the remembered
-//! episodes, and cutting long history. Judging runs on a snapshot; results apply under the lock.
+//! episodes, judging the boundary scores of closed units, and cutting long history.
+//!
+//! Every job follows one rule, so decorate and report never wait on a model: copy what the job
+//! judges out of the memory's state under its lock (microseconds, from the cached state when
+//! there is one), judge without the lock, then apply under the lock, re-checking that what was
+//! judged is still there, and remove the job in the same transaction as its results.
 
-use super::cut::{truncate, UNIT_TEXT_CHARS};
-use super::records::{EpisodeState, JobKind, TraceKind};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::cut::{self, truncate, UnitBatch, CONTEXT_UNITS, UNIT_TEXT_CHARS};
+use super::records::{EpisodeState, Fact, JobKind, TraceKind, UnitScore, VectorKind, VectorRecord};
 use super::state::{self, State};
-use super::{Engine, EngineError};
-use crate::models::CallCtx;
+use super::{graph, Engine, EngineError};
+use crate::store::{keys, Table};
+use crate::models::{BoundaryScore, CallCtx};
+
+/// What the lanes have done since start (for `stats`): throughput is visible, never guessed.
+#[derive(Default)]
+pub(super) struct LaneCounters {
+    jobs_run: AtomicU64,
+    units_judged: AtomicU64,
+    fact_judgments: AtomicU64,
+    facts_placed: AtomicU64,
+    failures: AtomicU64,
+    judge_micros: AtomicU64,
+}
+
+impl LaneCounters {
+    pub(super) fn snapshot(&self) -> serde_json::Value {
+        serde_json::json!({
+            "jobs_run": self.jobs_run.load(Ordering::Relaxed),
+            "units_judged": self.units_judged.load(Ordering::Relaxed),
+            "fact_judgments": self.fact_judgments.load(Ordering::Relaxed),
+            "facts_placed": self.facts_placed.load(Ordering::Relaxed),
+            "failures": self.failures.load(Ordering::Relaxed),
+            "judge_seconds": self.judge_micros.load(Ordering::Relaxed) as f64 / 1e6,
+        })
+    }
+}
+
+/// What a job judges, copied out of the state.
+enum Snapshot {
+    /// Each new fact's text, and the passages of each remembered episode.
+    Facts {
+        facts: Vec<(u64, String)>,
+        episodes: Vec<(u64, Vec<String>)>,
+    },
+    Units(UnitBatch),
+    /// Facts to place in the graph (the planner reads the store itself; see `graph`).
+    Graph(Vec<u64>),
+    Reembed,
+    /// The job judges nothing (a cut is arithmetic).
+    Nothing,
+}
+
+/// A judgment, ready to apply.
+enum Judged {
+    /// (episode, score, yes, fact) per answer.
+    Traces(Vec<(u64, f64, bool, u64)>),
+    Units { batch: UnitBatch, scores: Vec<BoundaryScore> },
+    Graph(graph::Plan),
+    /// New embeddings, and whether more are left for another job.
+    Vectors(Vec<(VectorKind, u64, VectorRecord)>, bool),
+    /// The model failed: the job stays queued, counted as a failed attempt.
+    Failed(String),
+    Nothing,
+}
+
+/// Vectors re-embedded per `Reembed` job (more are queued as another job).
+const REEMBED_BATCH: usize = 256;
 
 impl Engine {
-    /// Judges each fact against the remembered episodes: every answer becomes a trace (episode,
-    /// score, yes, fact), counted only on yes. Without a judge, or when it fails, nothing is
-    /// returned for what was not judged: nothing is invented.
-    pub(super) fn judge_facts(&self, st: &State, facts: &[u64]) -> Vec<(u64, f64, bool, u64)> {
-        let Some(models) = &self.models else { return Vec::new() };
-        let remembered: Vec<u64> = st
-            .episodes
-            .iter()
-            .rev()
-            .filter(|e| e.state != EpisodeState::Forgotten)
-            .take(self.config.max_episodes_judged)
-            .map(|e| e.n)
-            .collect();
-        let passages: Vec<Vec<String>> = remembered.iter().map(|&e| episode_passages(st, e)).collect();
-        let ctx = CallCtx { memory: &st.memory.id };
-        let mut out = Vec::new();
-        for &f in facts {
-            let Some(note) = st.facts.iter().find(|x| x.n == f).map(|x| x.note.as_str()) else {
-                continue;
-            };
-            for (&e, texts) in remembered.iter().zip(&passages) {
-                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-                match models.judge.about(&ctx, note, &refs) {
-                    Ok((score, yes)) => out.push((e, score as f64, yes, f)),
-                    Err(err) => {
-                        tracing::warn!(error = %err, "judge failed; fact left unscored");
-                        return out;
-                    }
-                }
-            }
-        }
-        out
-    }
-
-    /// Runs the oldest queued job of `memory`, if any; returns whether one ran. The judging is
-    /// done on a snapshot without holding the memory's lock, so decorate never waits on it; the
-    /// results are applied under the lock, with the job's removal, in one transaction.
+    /// Runs the oldest queued job of `memory`, if any; returns whether one ran. Only one lane
+    /// worker runs a memory's jobs at a time (see `lanes`), so a job is applied once.
     pub fn run_next_job(&self, memory: &str) -> Result<bool, EngineError> {
-        let (snapshot, job) = self
-            .store
-            .read(|r| Ok((State::load(r, memory, 0.0)?, state::oldest_job(r, memory)?)))?;
-        let Some(job) = job else { return Ok(false) };
-        let traces = match &job.job {
-            JobKind::ScoreFacts { facts } => self.judge_facts(&snapshot, facts),
-            JobKind::Cut => Vec::new(),
+        let Some(job) = self.store.read(|r| state::oldest_job(r, memory))? else {
+            return Ok(false);
         };
-        drop(snapshot);
+        let snapshot = self.peek(memory, |st| self.snapshot(st, &job.job))?;
+        let started = std::time::Instant::now();
+        let judged = self.judge_snapshot(memory, snapshot);
+        let c = &self.lane_counters;
+        c.judge_micros.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        match &judged {
+            Judged::Traces(t) => c.fact_judgments.fetch_add(t.len() as u64, Ordering::Relaxed),
+            Judged::Units { batch, .. } => c.units_judged.fetch_add(batch.spans.len() as u64, Ordering::Relaxed),
+            Judged::Graph(p) => c.facts_placed.fetch_add(p.placed_count() as u64, Ordering::Relaxed),
+            Judged::Failed(error) => {
+                // Counted against the job; it is tried again on the next notice, parked after
+                // a few failures (kept with its error, shown in `stats`), never dropped.
+                tracing::warn!(memory, job = job.n, %error, "background job failed");
+                self.store.write(|w| state::fail_job(w, memory, job.n, error))?;
+                c.failures.fetch_add(1, Ordering::Relaxed);
+                return Ok(false);
+            }
+            Judged::Vectors(..) | Judged::Nothing => 0,
+        };
         let lock = self.lock(memory);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut st = self.take_state(memory, 0.0)?;
-        match job.job {
-            JobKind::ScoreFacts { .. } => {
+        match judged {
+            Judged::Traces(traces) => {
+                let episodes = st.episodes.len() as u64;
+                let facts: std::collections::HashSet<u64> = st.facts.iter().map(|f| f.n).collect();
                 for (episode, score, yes, fact) in traces {
-                    st.push_trace(episode, TraceKind::Fact, job.at, score, yes, Some(fact));
+                    if episode < episodes && facts.contains(&fact) {
+                        st.push_trace(episode, TraceKind::Fact, job.at, score, yes, Some(fact));
+                    }
                 }
             }
-            JobKind::Cut => {
-                let budget = self.cut_budget(&st);
-                self.cut(&mut st, budget, false);
+            Judged::Units { batch, scores } => apply_unit_scores(&mut st, &batch, &scores),
+            Judged::Graph(plan) => {
+                if !graph::apply(&mut st, plan, job.at) {
+                    // The graph moved since the plan was made: plan again, from what holds now.
+                    self.keep(st);
+                    return Ok(true);
+                }
             }
+            Judged::Vectors(vectors, more) => {
+                for (kind, n, v) in vectors {
+                    st.put_vector(kind, n, v);
+                }
+                if more {
+                    st.push_job(JobKind::Reembed, job.at);
+                }
+            }
+            Judged::Failed(_) | Judged::Nothing => {}
+        }
+        if job.job == JobKind::Cut {
+            let budget = self.cut_budget(&st);
+            self.cut(&mut st, budget, false);
         }
         st.finish_job(job.n);
         self.save_and_keep(st)?;
+        c.jobs_run.fetch_add(1, Ordering::Relaxed);
         Ok(true)
+    }
+
+    fn snapshot(&self, st: &State, job: &JobKind) -> Snapshot {
+        match job {
+            JobKind::ScoreFacts { facts } => {
+                let facts = facts
+                    .iter()
+                    .filter_map(|&n| st.fact(n).filter(|f| f.is_active()).map(|f| (n, f.note.clone())))
+                    .collect();
+                let episodes = st
+                    .episodes
+                    .iter()
+                    .rev()
+                    .filter(|e| e.state != EpisodeState::Forgotten)
+                    .take(self.config.max_episodes_judged)
+                    .map(|e| (e.n, episode_passages(st, e.n)))
+                    .collect();
+                Snapshot::Facts { facts, episodes }
+            }
+            JobKind::ScoreUnits => cut::units_to_score(st).map_or(Snapshot::Nothing, Snapshot::Units),
+            JobKind::Graph { facts } => Snapshot::Graph(facts.clone()),
+            JobKind::Reembed => Snapshot::Reembed,
+            JobKind::Cut => Snapshot::Nothing,
+        }
+    }
+
+    /// Runs the judge on a snapshot; no lock is held. Without a judge, or when it fails,
+    /// nothing is returned for what was not judged: nothing is invented.
+    fn judge_snapshot(&self, memory: &str, snapshot: Snapshot) -> Judged {
+        let Some(models) = &self.models else { return Judged::Nothing };
+        let ctx = CallCtx { memory };
+        match snapshot {
+            Snapshot::Facts { facts, episodes } => {
+                let mut out = Vec::new();
+                for (f, note) in &facts {
+                    for (e, texts) in &episodes {
+                        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                        match models.judge.about(&ctx, note, &refs) {
+                            Ok((score, yes)) => out.push((*e, score as f64, yes, *f)),
+                            Err(err) => {
+                                tracing::warn!(error = %err, "judge failed; fact left unscored");
+                                return Judged::Traces(out);
+                            }
+                        }
+                    }
+                }
+                Judged::Traces(out)
+            }
+            Snapshot::Units(batch) => {
+                let refs: Vec<&str> = batch.texts.iter().map(String::as_str).collect();
+                let started = std::time::Instant::now();
+                match models.judge.boundaries(&ctx, &refs) {
+                    Ok(scores) if scores.len() == batch.spans.len() => {
+                        tracing::debug!(
+                            units = scores.len(),
+                            micros = started.elapsed().as_micros() as u64,
+                            "boundaries judged"
+                        );
+                        Judged::Units { batch, scores }
+                    }
+                    Ok(_) | Err(_) => {
+                        tracing::warn!("judge gave no boundary scores; those units rank alike");
+                        Judged::Nothing
+                    }
+                }
+            }
+            Snapshot::Graph(facts) => match graph::plan(models, &self.store, memory, &facts) {
+                Ok(Some(plan)) => Judged::Graph(plan),
+                Ok(None) => Judged::Nothing,
+                Err(e) => Judged::Failed(e),
+            },
+            Snapshot::Reembed => match self.reembed(models, memory) {
+                Ok((vectors, more)) => Judged::Vectors(vectors, more),
+                Err(e) => Judged::Failed(e),
+            },
+            Snapshot::Nothing => Judged::Nothing,
+        }
+    }
+
+    /// Embeds again, with the current model, up to [`REEMBED_BATCH`] of the memory's stored
+    /// vectors that another model made. Reads the store; holds no lock.
+    #[allow(clippy::type_complexity)]
+    fn reembed(
+        &self,
+        models: &crate::models::Models,
+        memory: &str,
+    ) -> Result<(Vec<(VectorKind, u64, VectorRecord)>, bool), String> {
+        let model = models.embedder.id().name;
+        let mut stale: Vec<(VectorKind, u64, String)> = Vec::new();
+        let mut more = false;
+        self.store
+            .read(|r| {
+                for kind in [VectorKind::Fact, VectorKind::Entity] {
+                    let prefix = keys::seq2_prefix(memory, kind as u64);
+                    let mut found = Vec::new();
+                    r.visit(Table::Vectors, &prefix, &prefix, |k, v: VectorRecord| {
+                        if v.model != model {
+                            found.push(u64::from_be_bytes(k[k.len() - 8..].try_into().expect("8-byte suffix")));
+                        }
+                        Ok(stale.len() + found.len() <= REEMBED_BATCH)
+                    })?;
+                    for n in found {
+                        if stale.len() == REEMBED_BATCH {
+                            more = true;
+                            break;
+                        }
+                        let text = match kind {
+                            VectorKind::Fact => r.get::<Fact>(Table::Facts, &keys::seq(memory, n))?.map(|f| f.note),
+                            VectorKind::Entity => r
+                                .get::<super::records::Entity>(Table::Entities, &keys::seq(memory, n))?
+                                .map(|e| e.name),
+                        };
+                        if let Some(t) = text {
+                            stale.push((kind, n, t));
+                        }
+                    }
+                }
+                Ok(())
+            })
+            .map_err(|e| e.to_string())?;
+        if stale.is_empty() {
+            return Ok((Vec::new(), false));
+        }
+        let texts: Vec<&str> = stale.iter().map(|(_, _, t)| t.as_str()).collect();
+        let vectors = models
+            .embedder
+            .embed(&CallCtx { memory }, &texts)
+            .map_err(|e| e.to_string())?;
+        Ok((
+            stale
+                .into_iter()
+                .zip(vectors)
+                .map(|((kind, n, _), v)| (kind, n, VectorRecord { model: model.clone(), v }))
+                .collect(),
+            more,
+        ))
+    }
+
+    /// Queues a `Reembed` job in every memory that holds vectors (the embedding model changed).
+    pub fn queue_reembed(&self) -> Result<usize, EngineError> {
+        let memories: Vec<String> = self.store.read(|r| {
+            let mut ids = Vec::new();
+            r.visit(Table::Memories, b"", b"", |_, m: super::records::MemoryRecord| {
+                if m.next_entity > 0 || m.next_fact > 0 {
+                    ids.push(m.id);
+                }
+                Ok(true)
+            })?;
+            Ok(ids)
+        })?;
+        for m in &memories {
+            let lock = self.lock(m);
+            let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+            let mut st = self.take_state(m, 0.0)?;
+            st.push_job(JobKind::Reembed, st.memory.updated_at);
+            self.save_and_keep(st)?;
+            self.notify_lane(m);
+        }
+        Ok(memories.len())
+    }
+
+    /// The lanes as `stats` shows them (or one memory's, for `info`): what ran since start,
+    /// the depth and oldest job age of every lane with work, and parked jobs with their errors.
+    pub(super) fn lane_stats(&self, memory: Option<&str>) -> Result<serde_json::Value, EngineError> {
+        let depths = self.store.read(|r| state::lane_depths(r, memory))?;
+        let mut v = self.lane_counters.snapshot();
+        v["depth"] = depths.iter().map(|l| l.depth).sum::<u64>().into();
+        v["oldest_age_s"] = depths.iter().map(|l| l.oldest_age_s).fold(0.0, f64::max).into();
+        v["parked"] = depths.iter().map(|l| l.parked.len() as u64).sum::<u64>().into();
+        v["memories"] = serde_json::to_value(&depths).unwrap_or_default();
+        Ok(v)
     }
 
     /// Memories with queued jobs (to resume after a restart) and the number of jobs.
@@ -91,11 +325,31 @@ impl Engine {
     }
 }
 
+/// Stores the judged scores of the batch's units that still span the same messages in closed,
+/// uncut history (a cut or an edit since the snapshot leaves the rest unapplied). A unit's
+/// score is complete once the batch held the units after it that its judgment reads.
+fn apply_unit_scores(st: &mut State, batch: &UnitBatch, scores: &[BoundaryScore]) {
+    let current: std::collections::HashSet<(u64, u64)> = cut::closed_unit_spans(st).into_iter().collect();
+    let n = batch.spans.len();
+    for i in batch.context..n {
+        let (start_seq, end_seq) = batch.spans[i];
+        if current.contains(&(start_seq, end_seq)) {
+            st.set_unit_score(UnitScore {
+                start_seq,
+                end_seq,
+                first: scores[i].first,
+                last: scores[i].last,
+                complete: i + CONTEXT_UNITS < n,
+            });
+        }
+    }
+}
+
 /// The passages an episode is judged by: its messages' texts, each cut to a readable length.
 pub(super) fn episode_passages(st: &State, n: u64) -> Vec<String> {
     let e = &st.episodes[n as usize];
-    st.history()
-        .filter(|m| m.seq >= e.first_seq && m.seq <= e.last_seq && !m.message.text.is_empty())
+    st.messages_in(e.first_seq, e.last_seq)
+        .filter(|m| m.in_history() && !m.message.text.is_empty())
         .take(16)
         .map(|m| truncate(&m.message.text, UNIT_TEXT_CHARS))
         .collect()

@@ -2,8 +2,9 @@
 //!
 //! The engine sees neutral messages (from `formats`), never provider JSON, and keeps all state
 //! in the store. Each op loads one memory's [`State`] under that memory's lock, works on it in
-//! memory (the judge may be called here, outside any transaction), and saves what changed in
-//! one write transaction; `dry_run` skips the save. Different memories run in parallel.
+//! memory, and saves what changed in one write transaction; `dry_run` skips the save. No model
+//! runs in decorate or report: judging is the lanes' work (`jobs`), done without the lock.
+//! Different memories run in parallel.
 
 mod activation;
 mod assemble;
@@ -11,6 +12,7 @@ mod blocks;
 mod budget;
 mod cut;
 mod fade;
+pub mod graph;
 mod ingest;
 mod jobs;
 mod notes;
@@ -108,6 +110,7 @@ pub struct Engine {
     /// writes a memory saves through its state under the memory's lock, then puts it back.
     cache: Mutex<StateCache>,
     note_costs: NoteCosts,
+    lane_counters: jobs::LaneCounters,
 }
 
 #[derive(Default)]
@@ -145,6 +148,7 @@ impl Engine {
             notify: Mutex::new(None),
             cache: Mutex::default(),
             note_costs,
+            lane_counters: jobs::LaneCounters::default(),
         }
     }
 
@@ -175,6 +179,25 @@ impl Engine {
     fn save_and_keep(&self, mut st: State) -> Result<(), EngineError> {
         self.store.write(|w| st.save(w))?;
         st.mark_saved();
+        self.keep(st);
+        Ok(())
+    }
+
+    /// Reads from the memory's state under its lock without changing it (a lane job copies
+    /// what it will judge): the cached state, else loaded once and then kept.
+    fn peek<T>(&self, memory: &str, f: impl FnOnce(&State) -> T) -> Result<T, EngineError> {
+        let lock = self.lock(memory);
+        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let st = self.take_state(memory, 0.0)?;
+        let out = f(&st);
+        if st.existed {
+            self.keep(st);
+        }
+        Ok(out)
+    }
+
+    /// Puts a state equal to what the store holds back in the cache (under the memory's lock).
+    fn keep(&self, st: State) {
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         let id = st.memory.id.clone();
         cache.order.push_back(id.clone());
@@ -184,7 +207,6 @@ impl Engine {
                 cache.states.remove(&old);
             }
         }
-        Ok(())
     }
 
     fn ratio(&self, st: &State, model: Option<&str>) -> Option<f64> {
@@ -256,13 +278,18 @@ impl Engine {
         let mut measure = self.measure(&st, &parsed, ratio);
         let over = measure.view > measure.budget.history;
         let mut faded = false;
+        let mut cut_report = None;
         if (sleep || over) && !st.any_leaving() {
-            self.cut(&mut st, measure.budget.history, true);
+            cut_report = self.cut(&mut st, measure.budget.history, true);
             faded = fade(&mut st, measure.budget.landing, measure.view, now, ratio);
             measure = self.measure(&st, &parsed, ratio);
         }
 
         st.memory.last_budget = Some(measure.budget.history);
+        // A turn just closed: its units are judged in the lane, so a later cut is arithmetic.
+        if new_user && self.models.is_some() && cut::needs_scoring(&st) {
+            st.push_job(JobKind::ScoreUnits, now);
+        }
 
         // 5. Assemble.
         let assembled = self.assemble(&st, &parsed, ratio, &measure);
@@ -282,6 +309,8 @@ impl Engine {
             "facts_written": facts_written,
             "sleep": sleep,
             "faded": faded,
+            "cut": cut_report,
+            "lane": self.lane_stats(Some(&args.memory))?["memories"].get(0).cloned(),
             "dry_run": args.dry_run,
             "provider_history": parsed.provider_history,
             "ceiling": measure.budget.ceiling,
@@ -388,6 +417,10 @@ impl Engine {
             "episodes": st.episodes,
             "traces": st.traces,
             "facts": st.facts,
+            "entities": st.entities,
+            "edges": st.facts.iter().filter_map(|f| Some(json!({
+                "fact": f.n, "subject": f.subject_entity?, "object": f.object_entity?,
+            }))).collect::<Vec<_>>(),
         }))
     }
 
@@ -406,6 +439,7 @@ impl Engine {
             "facts": facts,
             "store_bytes": self.store.size_bytes(),
             "jobs_pending": self.pending_jobs()?.1,
+            "lanes": self.lane_stats(None)?,
             "models": self.models.as_ref().map(Models::stats),
         }))
     }

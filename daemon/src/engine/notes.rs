@@ -86,13 +86,8 @@ impl Engine {
             .fold((u64::MAX, 0), |(a, b), (f, l)| (a.min(f), b.max(l)));
         let mut written = Vec::new();
         for f in facts.into_iter().filter(|f| !f.note.trim().is_empty()) {
+            let (valid_from, valid_to) = (f.valid_from.as_deref().and_then(parse_date), f.valid_to.as_deref().and_then(parse_date));
             let n = st.push_fact(Fact {
-                n: 0,
-                note: f.note,
-                subject: f.subject,
-                object: f.object,
-                milestone: f.milestone,
-                at: now,
                 episodes: awaiting.clone(),
                 note_seq,
                 first_turn: if awaiting.is_empty() {
@@ -101,6 +96,11 @@ impl Engine {
                     first_turn
                 },
                 last_turn: if awaiting.is_empty() { st.memory.turn } else { last_turn },
+                subject_aliases: f.subject_aliases,
+                object_aliases: f.object_aliases,
+                valid_from: valid_from.or(Some(now)),
+                valid_to,
+                ..Fact::new(&f.note, &f.subject, &f.object, f.milestone, now)
             });
             written.push(n);
         }
@@ -110,8 +110,60 @@ impl Engine {
             e.facts.extend(&written);
         }
         if !written.is_empty() {
+            // The graph first (entities, restatements, contradictions), then the traces.
+            st.push_job(JobKind::Graph { facts: written.clone() }, now);
             st.push_job(JobKind::ScoreFacts { facts: written.clone() }, now);
         }
         written.len()
+    }
+}
+
+/// Unix seconds of an ISO 8601 date or date-time as a model writes it ("2026-03-14",
+/// "2026-03-14T09:30", "2026-03-14 09:30:00Z"); None for anything else (the time is then unknown,
+/// never guessed). Offsets other than Z are not read.
+pub(super) fn parse_date(s: &str) -> Option<f64> {
+    let s = s.trim().trim_end_matches('Z');
+    let (date, time) = match s.split_once(['T', ' ']) {
+        Some((d, t)) => (d, Some(t)),
+        None => (s, None),
+    };
+    let mut d = date.split('-');
+    let (y, m, day): (i64, i64, i64) = (d.next()?.parse().ok()?, d.next()?.parse().ok()?, d.next()?.parse().ok()?);
+    if d.next().is_some() || !(1..=12).contains(&m) || !(1..=31).contains(&day) || !(1..=9999).contains(&y) {
+        return None;
+    }
+    let mut secs = 0.0;
+    if let Some(t) = time {
+        let mut parts = t.split(':');
+        let h: f64 = parts.next()?.parse().ok()?;
+        let min: f64 = parts.next().map_or(Some(0.0), |p| p.parse().ok())?;
+        let sec: f64 = parts.next().map_or(Some(0.0), |p| p.parse().ok())?;
+        if !(0.0..24.0).contains(&h) || !(0.0..60.0).contains(&min) || !(0.0..61.0).contains(&sec) {
+            return None;
+        }
+        secs = h * 3600.0 + min * 60.0 + sec;
+    }
+    // Days from 1970-01-01 in the proleptic Gregorian calendar (civil-from-days, inverted).
+    let (y, m) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days as f64 * 86_400.0 + secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_date;
+
+    #[test]
+    fn dates_as_models_write_them() {
+        assert_eq!(parse_date("1970-01-01"), Some(0.0));
+        assert_eq!(parse_date("2026-03-14"), Some(1_773_446_400.0));
+        assert_eq!(parse_date("2026-03-14T09:30"), Some(1_773_446_400.0 + 9.5 * 3600.0));
+        assert_eq!(parse_date("2024-02-29 00:00:01Z"), Some(1_709_164_801.0));
+        assert_eq!(parse_date("next friday"), None);
+        assert_eq!(parse_date("2026-13-01"), None);
     }
 }

@@ -41,6 +41,8 @@ pub struct MemoryRecord {
     pub last_estimate: Option<Estimate>,
     #[serde(default)]
     pub next_job: u64,
+    #[serde(default)]
+    pub next_entity: u64,
     /// The history budget of the last decorate: background cuts size episodes by it.
     #[serde(default)]
     pub last_budget: Option<u64>,
@@ -82,6 +84,7 @@ impl MemoryRecord {
             ratios: BTreeMap::new(),
             last_estimate: None,
             next_job: 0,
+            next_entity: 0,
             last_budget: None,
             instructions: Vec::new(),
         }
@@ -206,6 +209,8 @@ pub enum TraceKind {
     Encoding,
     /// A fact judged against the episode.
     Fact,
+    /// A fact written for the episode was stated again (counted: use renews it).
+    Restated,
 }
 
 /// One judgment of an episode, append-only: never edited.
@@ -223,7 +228,10 @@ pub struct Trace {
     pub fact: Option<u64>,
 }
 
-/// A fact the model wrote in a note: one knowledge-graph triple.
+/// A fact the model wrote in a note: one knowledge-graph triple, an edge between its subject
+/// and object entities once the lane has resolved them. Bi-temporal: `valid_from`/`valid_to`
+/// say when it was true (when the note says so, else from when it was stated), `at` when it was
+/// recorded, `status` whether and when it was merged or retired.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Fact {
     pub n: u64,
@@ -231,6 +239,7 @@ pub struct Fact {
     pub subject: String,
     pub object: String,
     pub milestone: bool,
+    /// When it was recorded.
     pub at: f64,
     /// Episodes that were awaiting this note when it arrived.
     pub episodes: Vec<u64>,
@@ -239,6 +248,111 @@ pub struct Fact {
     /// The turn range of the episodes it was written for.
     pub first_turn: u64,
     pub last_turn: u64,
+    /// Other names the note gave for the subject and the object (aliases to resolve with).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subject_aliases: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub object_aliases: Vec<String>,
+    /// When it was true, as the note says; `valid_from` defaults to when it was stated.
+    #[serde(default)]
+    pub valid_from: Option<f64>,
+    #[serde(default)]
+    pub valid_to: Option<f64>,
+    /// The entities of the graph it joins (set by the lane).
+    #[serde(default)]
+    pub subject_entity: Option<u64>,
+    #[serde(default)]
+    pub object_entity: Option<u64>,
+    #[serde(default)]
+    pub status: FactStatus,
+    /// Restatements merged into this fact, with their own sources.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restated_by: Vec<Restatement>,
+}
+
+impl Fact {
+    /// A fact as stated, before the lane places it in the graph (number and sources unset).
+    pub fn new(note: &str, subject: &str, object: &str, milestone: bool, at: f64) -> Fact {
+        Fact {
+            n: 0,
+            note: note.into(),
+            subject: subject.into(),
+            object: object.into(),
+            milestone,
+            at,
+            episodes: Vec::new(),
+            note_seq: 0,
+            first_turn: 0,
+            last_turn: 0,
+            subject_aliases: Vec::new(),
+            object_aliases: Vec::new(),
+            valid_from: None,
+            valid_to: None,
+            subject_entity: None,
+            object_entity: None,
+            status: FactStatus::Active,
+            restated_by: Vec::new(),
+        }
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.status == FactStatus::Active
+    }
+
+    /// Every episode it was written for, its restatements' included.
+    pub fn all_episodes(&self) -> impl Iterator<Item = u64> + '_ {
+        self.episodes
+            .iter()
+            .chain(self.restated_by.iter().flat_map(|r| r.episodes.iter()))
+            .copied()
+    }
+}
+
+/// Where a fact stands in the graph. Nothing is deleted: a merged or retired fact stays.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum FactStatus {
+    #[default]
+    Active,
+    /// It said what fact `into` already said; its sources were added there.
+    Merged { into: u64, at: f64 },
+    /// A newer fact (`by`) contradicted it; `at` is when it was retired.
+    Retired { by: u64, at: f64 },
+}
+
+/// A restatement merged into a held fact: the merged fact and its sources.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Restatement {
+    pub fact: u64,
+    pub note_seq: u64,
+    pub episodes: Vec<u64>,
+    pub at: f64,
+}
+
+/// A node of the memory's graph: one entity under its canonical name and its other names.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Entity {
+    pub n: u64,
+    /// The name it was first written under.
+    pub name: String,
+    /// Other names it was written under, or that a note gave for it.
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    pub at: f64,
+}
+
+/// What an embedding belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VectorKind {
+    Fact = 0,
+    Entity = 1,
+}
+
+/// An embedding as stored (derived data, with the model that made it so a change is seen).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct VectorRecord {
+    pub model: String,
+    pub v: Vec<f32>,
 }
 
 /// Work queued for the memory's background lane, run strictly in order.
@@ -247,8 +361,29 @@ pub struct Fact {
 pub enum JobKind {
     /// Judge new facts against the remembered episodes (traces).
     ScoreFacts { facts: Vec<u64> },
-    /// Cut closed history into episodes once enough has built up.
+    /// Cut closed history into episodes once enough has built up (arithmetic over stored
+    /// unit scores and sizes; no model runs).
     Cut,
+    /// Judge the boundary scores of closed units not scored yet, in one batched pass.
+    ScoreUnits,
+    /// Resolve new facts' entities, embed them, merge restatements, retire contradictions.
+    Graph { facts: Vec<u64> },
+    /// Embed again what the previous embedding model embedded.
+    Reembed,
+}
+
+/// A closed unit's boundary scores, judged once in the lane and kept until history is cut.
+/// Keyed by the unit's first seq; valid only while the unit still spans `start_seq..=end_seq`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct UnitScore {
+    pub start_seq: u64,
+    pub end_seq: u64,
+    /// How likely the unit starts / ends a concept (only the order matters).
+    pub first: f32,
+    pub last: f32,
+    /// Judged with the units after it in view: its `last` will not change. An incomplete
+    /// score is judged again, with what follows, by the next batch.
+    pub complete: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -257,4 +392,22 @@ pub struct Job {
     /// The time the work is about: traces it writes carry it.
     pub at: f64,
     pub job: JobKind,
+    /// Wall-clock time it was queued (for the lane's oldest-job age).
+    #[serde(default)]
+    pub queued_at: f64,
+    /// Failed runs so far, and the last error; a job that failed [`PARK_AFTER`] times is
+    /// parked: kept with its error, shown in `stats`, no longer run.
+    #[serde(default)]
+    pub attempts: u32,
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// Failed runs after which a job is parked.
+pub const PARK_AFTER: u32 = 3;
+
+impl Job {
+    pub fn parked(&self) -> bool {
+        self.attempts >= PARK_AFTER
+    }
 }

@@ -1,9 +1,12 @@
 //! One memory's state, loaded for one op and saved back in one transaction. Changes are
 //! tracked so only what changed is written; traces are only ever appended.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use super::records::{Episode, EpisodeState, Fact, Job, JobKind, MemoryRecord, StoredMessage, Trace, TraceKind};
+use super::records::{
+    Entity, Episode, EpisodeState, Fact, Job, JobKind, MemoryRecord, StoredMessage, Trace, TraceKind, UnitScore,
+    VectorKind, VectorRecord,
+};
 use crate::store::{keys, Reader, StoreError, Table, Writer};
 
 #[derive(Clone)]
@@ -14,10 +17,21 @@ pub struct State {
     pub episodes: Vec<Episode>,
     pub facts: Vec<Fact>,
     pub traces: Vec<Trace>,
+    /// The graph's nodes, by number.
+    pub entities: Vec<Entity>,
+    /// Boundary scores of units not cut yet, by first seq (older ones stay in the store).
+    pub unit_scores: BTreeMap<u64, UnitScore>,
     /// Whether the memory existed before this op.
     pub existed: bool,
     dirty_messages: BTreeSet<u64>,
     dirty_episodes: BTreeSet<u64>,
+    dirty_units: BTreeSet<u64>,
+    dirty_facts: BTreeSet<u64>,
+    dirty_entities: BTreeSet<u64>,
+    /// Write-only graph records: (normalised name, entity), (entity, fact, other), vectors.
+    new_aliases: Vec<(String, u64)>,
+    new_edges: Vec<(u64, u64, u64)>,
+    new_vectors: Vec<(VectorKind, u64, VectorRecord)>,
     new_facts: usize,
     new_traces: usize,
     new_jobs: Vec<Job>,
@@ -36,15 +50,31 @@ impl State {
         for t in &traces {
             *trace_counts.entry(t.episode).or_insert(0) += 1;
         }
+        let episodes: Vec<Episode> = r.scan(Table::Episodes, &prefix)?;
+        // Only the scores of units not cut yet matter; older ones stay in the store.
+        let uncut_from = episodes.last().map(|e| e.last_seq + 1).unwrap_or(0);
+        let mut unit_scores = BTreeMap::new();
+        r.visit(Table::Units, &prefix, &keys::seq(memory, uncut_from), |_, u: UnitScore| {
+            unit_scores.insert(u.start_seq, u);
+            Ok(true)
+        })?;
         Ok(State {
             memory: record.unwrap_or_else(|| MemoryRecord::new(memory, now)),
             messages: r.scan(Table::Messages, &prefix)?,
-            episodes: r.scan(Table::Episodes, &prefix)?,
+            episodes,
             facts: r.scan(Table::Facts, &prefix)?,
             traces,
+            entities: r.scan(Table::Entities, &prefix)?,
+            unit_scores,
             existed,
             dirty_messages: BTreeSet::new(),
             dirty_episodes: BTreeSet::new(),
+            dirty_units: BTreeSet::new(),
+            dirty_facts: BTreeSet::new(),
+            dirty_entities: BTreeSet::new(),
+            new_aliases: Vec::new(),
+            new_edges: Vec::new(),
+            new_vectors: Vec::new(),
             new_facts: 0,
             new_traces: 0,
             new_jobs: Vec::new(),
@@ -62,8 +92,29 @@ impl State {
         for n in &self.dirty_episodes {
             w.put(Table::Episodes, &keys::seq(id, *n), &self.episodes[*n as usize])?;
         }
-        for f in &self.facts[self.facts.len() - self.new_facts..] {
+        for seq in &self.dirty_units {
+            if let Some(u) = self.unit_scores.get(seq) {
+                w.put(Table::Units, &keys::seq(id, *seq), u)?;
+            }
+        }
+        let first_new = (self.facts.len() - self.new_facts) as u64;
+        for f in &self.facts[first_new as usize..] {
             w.put(Table::Facts, &keys::seq(id, f.n), f)?;
+        }
+        for n in self.dirty_facts.iter().filter(|n| **n < first_new) {
+            w.put(Table::Facts, &keys::seq(id, *n), &self.facts[*n as usize])?;
+        }
+        for n in &self.dirty_entities {
+            w.put(Table::Entities, &keys::seq(id, *n), &self.entities[*n as usize])?;
+        }
+        for (name, n) in &self.new_aliases {
+            w.put(Table::Aliases, &keys::name(id, name), n)?;
+        }
+        for (entity, fact, other) in &self.new_edges {
+            w.put(Table::Edges, &keys::seq2(id, *entity, *fact), other)?;
+        }
+        for (kind, n, v) in &self.new_vectors {
+            w.put(Table::Vectors, &keys::seq2(id, *kind as u64, *n), v)?;
         }
         for t in &self.traces[self.traces.len() - self.new_traces..] {
             w.put(Table::Traces, &keys::seq2(id, t.episode, t.n), t)?;
@@ -82,6 +133,12 @@ impl State {
     pub fn mark_saved(&mut self) {
         self.dirty_messages.clear();
         self.dirty_episodes.clear();
+        self.dirty_units.clear();
+        self.dirty_facts.clear();
+        self.dirty_entities.clear();
+        self.new_aliases.clear();
+        self.new_edges.clear();
+        self.new_vectors.clear();
         self.new_facts = 0;
         self.new_traces = 0;
         self.new_jobs.clear();
@@ -93,7 +150,14 @@ impl State {
     pub fn push_job(&mut self, job: JobKind, at: f64) {
         let n = self.memory.next_job;
         self.memory.next_job += 1;
-        self.new_jobs.push(Job { n, at, job });
+        self.new_jobs.push(Job {
+            n,
+            at,
+            job,
+            queued_at: wall_clock(),
+            attempts: 0,
+            error: None,
+        });
     }
 
     pub fn has_new_jobs(&self) -> bool {
@@ -130,6 +194,54 @@ impl State {
         self.messages.iter().filter(|m| m.in_history())
     }
 
+    /// Stored messages with seqs in `first..=last` (superseded and note calls included).
+    pub fn messages_in(&self, first: u64, last: u64) -> impl Iterator<Item = &StoredMessage> {
+        let from = self.messages.partition_point(|m| m.seq < first);
+        self.messages[from..].iter().take_while(move |m| m.seq <= last)
+    }
+
+    pub fn fact_mut(&mut self, n: u64) -> &mut Fact {
+        self.dirty_facts.insert(n);
+        &mut self.facts[n as usize]
+    }
+
+    /// Adds a node to the graph; returns its number.
+    pub fn push_entity(&mut self, mut e: Entity) -> u64 {
+        e.n = self.memory.next_entity;
+        self.memory.next_entity += 1;
+        let n = e.n;
+        self.dirty_entities.insert(n);
+        self.entities.push(e);
+        n
+    }
+
+    pub fn entity_mut(&mut self, n: u64) -> &mut Entity {
+        self.dirty_entities.insert(n);
+        &mut self.entities[n as usize]
+    }
+
+    /// Records that `name` (normalised) resolves to `entity`.
+    pub fn put_alias(&mut self, name: String, entity: u64) {
+        self.new_aliases.push((name, entity));
+    }
+
+    /// Records fact `fact` as an edge between `a` and `b` (stored from both ends).
+    pub fn put_edge(&mut self, a: u64, fact: u64, b: u64) {
+        self.new_edges.push((a, fact, b));
+        if a != b {
+            self.new_edges.push((b, fact, a));
+        }
+    }
+
+    pub fn put_vector(&mut self, kind: VectorKind, n: u64, v: VectorRecord) {
+        self.new_vectors.push((kind, n, v));
+    }
+
+    /// Fact number `n` (facts are numbered in order and never removed).
+    pub fn fact(&self, n: u64) -> Option<&Fact> {
+        self.facts.get(n as usize).filter(|f| f.n == n)
+    }
+
     /// The seq after the last episode: history from here on is not cut yet.
     pub fn uncut_from(&self) -> u64 {
         self.episodes.last().map(|e| e.last_seq + 1).unwrap_or(0)
@@ -143,6 +255,19 @@ impl State {
     pub fn episode_mut(&mut self, n: u64) -> &mut Episode {
         self.dirty_episodes.insert(n);
         &mut self.episodes[n as usize]
+    }
+
+    /// Records a unit's boundary scores (replacing an incomplete judgment of the same unit).
+    pub fn set_unit_score(&mut self, u: UnitScore) {
+        self.dirty_units.insert(u.start_seq);
+        self.unit_scores.insert(u.start_seq, u);
+    }
+
+    /// Forgets (in memory only) the scores of units that are now inside episodes.
+    pub fn prune_unit_scores(&mut self) {
+        let from = self.uncut_from();
+        let dirty = &self.dirty_units;
+        self.unit_scores.retain(|seq, _| *seq >= from || dirty.contains(seq));
     }
 
     /// Adds a new episode with its encoding trace (score 1, at the time of its messages).
@@ -189,29 +314,95 @@ impl State {
     }
 }
 
-/// The oldest queued job of a memory.
+/// Unix seconds by the wall clock (job ages are real time, whatever `now` the ops inject).
+pub fn wall_clock() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// The oldest queued job of a memory that is not parked.
 pub fn oldest_job(r: &Reader<'_>, memory: &str) -> Result<Option<Job>, StoreError> {
     let prefix = keys::memory_prefix(memory);
     let mut found = None;
     r.visit(Table::Jobs, &prefix, &prefix, |_, job: Job| {
+        if job.parked() {
+            return Ok(true);
+        }
         found = Some(job);
         Ok(false)
     })?;
     Ok(found)
 }
 
-/// Memories that have queued jobs, and how many jobs in all.
-pub fn pending_jobs(r: &Reader<'_>) -> Result<(Vec<String>, u64), StoreError> {
-    let mut memories: Vec<String> = Vec::new();
-    let mut count = 0;
-    r.visit(Table::Jobs, b"", b"", |key, _: Job| {
-        count += 1;
+/// One memory's lane as `stats` and `info` show it.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct LaneDepth {
+    pub memory: String,
+    /// Jobs waiting to run (parked ones not counted).
+    pub depth: u64,
+    /// Wall-clock seconds since the oldest waiting job was queued.
+    pub oldest_age_s: f64,
+    /// Jobs that failed repeatedly, kept with their last error.
+    pub parked: Vec<ParkedJob>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ParkedJob {
+    pub n: u64,
+    pub kind: String,
+    pub attempts: u32,
+    pub error: Option<String>,
+}
+
+/// Every memory's lane with jobs in it (or one memory's, with `memory`).
+pub fn lane_depths(r: &Reader<'_>, memory: Option<&str>) -> Result<Vec<LaneDepth>, StoreError> {
+    let prefix = memory.map(keys::memory_prefix).unwrap_or_default();
+    let now = wall_clock();
+    let mut lanes: Vec<LaneDepth> = Vec::new();
+    r.visit(Table::Jobs, &prefix, &prefix, |key, job: Job| {
         let id = key.split(|b| *b == 0).next().unwrap_or_default();
         let id = String::from_utf8_lossy(id).into_owned();
-        if memories.last() != Some(&id) {
-            memories.push(id);
+        if lanes.last().is_none_or(|l| l.memory != id) {
+            lanes.push(LaneDepth {
+                memory: id,
+                ..LaneDepth::default()
+            });
+        }
+        let lane = lanes.last_mut().expect("pushed above");
+        if job.parked() {
+            lane.parked.push(ParkedJob {
+                n: job.n,
+                kind: serde_json::to_value(&job.job).ok().and_then(|v| v["kind"].as_str().map(str::to_owned)).unwrap_or_default(),
+                attempts: job.attempts,
+                error: job.error.clone(),
+            });
+        } else {
+            if lane.depth == 0 && job.queued_at > 0.0 {
+                lane.oldest_age_s = (now - job.queued_at).max(0.0);
+            }
+            lane.depth += 1;
         }
         Ok(true)
     })?;
-    Ok((memories, count))
+    Ok(lanes)
+}
+
+/// Memories that have runnable jobs, and how many such jobs in all.
+pub fn pending_jobs(r: &Reader<'_>) -> Result<(Vec<String>, u64), StoreError> {
+    let lanes = lane_depths(r, None)?;
+    let count = lanes.iter().map(|l| l.depth).sum();
+    Ok((lanes.into_iter().filter(|l| l.depth > 0).map(|l| l.memory).collect(), count))
+}
+
+/// Records a failed run of job `n`: parked once it failed [`super::records::PARK_AFTER`] times.
+pub fn fail_job(w: &mut Writer<'_>, memory: &str, n: u64, error: &str) -> Result<(), StoreError> {
+    let key = keys::seq(memory, n);
+    if let Some(mut job) = w.get::<Job>(Table::Jobs, &key)? {
+        job.attempts += 1;
+        job.error = Some(error.to_owned());
+        w.put(Table::Jobs, &key, &job)?;
+    }
+    Ok(())
 }

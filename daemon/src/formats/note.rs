@@ -12,12 +12,24 @@ pub struct NoteFact {
     pub subject: String,
     pub object: String,
     pub milestone: bool,
+    /// Other names the conversation used for the subject / object (may be empty).
+    #[serde(default)]
+    pub subject_aliases: Vec<String>,
+    #[serde(default)]
+    pub object_aliases: Vec<String>,
+    /// When the fact became true / stopped being true, as written (an ISO date), if said.
+    #[serde(default)]
+    pub valid_from: Option<String>,
+    #[serde(default)]
+    pub valid_to: Option<String>,
 }
 
 const DESCRIPTION: &str = "Record facts from conversation history that is leaving live context. \
 Each entry is one fact: a sentence readable on its own (note) relating two entities (subject, \
 object) by their canonical names; milestone is true for a milestone (something settled, agreed \
-or where the work stands).";
+or where the work stands). The aliases list other names the conversation used for the subject or \
+object (usually none); valid_from and valid_to are ISO dates when the conversation says when the \
+fact held (else null).";
 
 /// The function tool definition for the note tool named `name`, in `format` (Chat:
 /// `{"type":"function","function":{name, description, parameters, strict}}`; Responses:
@@ -36,9 +48,13 @@ pub fn note_tool(format: Format, name: &str) -> Value {
                         "note": {"type": "string", "description": "The fact as one sentence readable on its own."},
                         "subject": {"type": "string", "description": "The first entity, by its canonical name."},
                         "object": {"type": "string", "description": "The second entity, by its canonical name."},
-                        "milestone": {"type": "boolean", "description": "True when the fact is a milestone."}
+                        "milestone": {"type": "boolean", "description": "True when the fact is a milestone."},
+                        "subject_aliases": {"type": "array", "items": {"type": "string"}},
+                        "object_aliases": {"type": "array", "items": {"type": "string"}},
+                        "valid_from": {"type": ["string", "null"]},
+                        "valid_to": {"type": ["string", "null"]}
                     },
-                    "required": ["note", "subject", "object", "milestone"],
+                    "required": ["note", "subject", "object", "milestone", "subject_aliases", "object_aliases", "valid_from", "valid_to"],
                     "additionalProperties": false
                 }
             }
@@ -143,10 +159,29 @@ fn fact(v: &Value, at: &str) -> Result<NoteFact, FormatError> {
             });
         }
     };
+    // The graph fields are optional on the way in: a model that leaves them out still notes.
+    let names = |key: &str| -> Vec<String> {
+        match m.get(key) {
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            Some(Value::String(s)) if !s.trim().is_empty() => vec![s.trim().to_owned()],
+            _ => Vec::new(),
+        }
+    };
+    let date = |key: &str| m.get(key).and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned);
     Ok(NoteFact {
         note,
         subject: text("subject", empty)?,
         object: text("object", empty)?,
         milestone,
+        subject_aliases: names("subject_aliases"),
+        object_aliases: names("object_aliases"),
+        valid_from: date("valid_from"),
+        valid_to: date("valid_to"),
     })
 }

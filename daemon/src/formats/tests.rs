@@ -297,7 +297,10 @@ fn note_tool_shapes() {
     assert_eq!(c["type"], "function");
     assert_eq!(c["function"]["name"], "note");
     let item = &c["function"]["parameters"]["properties"]["notes"]["items"];
-    assert_eq!(item["required"], json!(["note", "subject", "object", "milestone"]));
+    // Strict function calling: every property is required (optional ones are nullable/empty).
+    let properties: Vec<&String> = item["properties"].as_object().unwrap().keys().collect();
+    assert_eq!(item["required"], json!(properties));
+    assert_eq!(item["required"].as_array().unwrap()[..4], json!(["note", "subject", "object", "milestone"]).as_array().unwrap()[..]);
     assert_eq!(item["additionalProperties"], false);
     let r = note_tool(Format::Responses, "remember");
     assert_eq!(r["name"], "remember");
@@ -319,6 +322,10 @@ fn note_arguments_read_and_reject() {
         subject: s.into(),
         object: o.into(),
         milestone: m,
+        subject_aliases: Vec::new(),
+        object_aliases: Vec::new(),
+        valid_from: None,
+        valid_to: None,
     };
     assert_eq!(
         note_arguments(&call(r#"{"notes":[{"note":"A owns B.","subject":"A","object":"B","milestone":true},{"note":"C","subject":"c","object":"d"}]}"#)).unwrap(),

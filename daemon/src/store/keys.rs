@@ -33,3 +33,23 @@ pub fn seq2(memory: &str, a: u64, b: u64) -> Vec<u8> {
 pub fn seq2_prefix(memory: &str, a: u64) -> Vec<u8> {
     seq(memory, a)
 }
+
+/// `memory` NUL `name`: a name's key, the name cut (at a char boundary) with a hash of the
+/// whole appended when long, so any name fits lmdb's key limit with the memory id.
+pub fn name(memory: &str, name: &str) -> Vec<u8> {
+    const KEEP: usize = 160;
+    let mut k = memory_prefix(memory);
+    if name.len() <= KEEP + 16 {
+        k.extend_from_slice(name.as_bytes());
+    } else {
+        let mut end = KEEP;
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        k.extend_from_slice(name[..end].as_bytes());
+        // FNV-1a: stable across builds and platforms.
+        let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+        k.extend_from_slice(format!("#{h:016x}").as_bytes());
+    }
+    k
+}

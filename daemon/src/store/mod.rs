@@ -38,10 +38,20 @@ pub enum Table {
     Jobs,
     /// memory id + turn → recall block stored with that turn.
     Recall,
+    /// memory id + first seq of a closed unit → its boundary scores.
+    Units,
+    /// memory id + entity number → entity (a node of the memory's graph).
+    Entities,
+    /// memory id + normalised name → entity number (every name an entity was written under).
+    Aliases,
+    /// memory id + entity + fact → the fact's other entity (each fact is an edge, stored from both ends).
+    Edges,
+    /// memory id + kind + number → embedding with its model (facts and entities).
+    Vectors,
 }
 
 impl Table {
-    const ALL: [Table; 8] = [
+    const ALL: [Table; 13] = [
         Table::Meta,
         Table::Memories,
         Table::Messages,
@@ -50,6 +60,11 @@ impl Table {
         Table::Facts,
         Table::Jobs,
         Table::Recall,
+        Table::Units,
+        Table::Entities,
+        Table::Aliases,
+        Table::Edges,
+        Table::Vectors,
     ];
 
     fn name(self) -> &'static str {
@@ -62,6 +77,11 @@ impl Table {
             Table::Facts => "facts",
             Table::Jobs => "jobs",
             Table::Recall => "recall",
+            Table::Units => "units",
+            Table::Entities => "entities",
+            Table::Aliases => "aliases",
+            Table::Edges => "edges",
+            Table::Vectors => "vectors",
         }
     }
 

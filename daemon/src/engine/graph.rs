@@ -1,0 +1,493 @@
+//! The memory's knowledge graph: each fact is an edge between its subject and object entities.
+//!
+//! The lane places each new fact (a `Graph` job, before its traces are judged):
+//! 1. its two names resolve to entities: a normalised name or a known alias first (the note's
+//!    own aliases included), then the nearest held entities by embedding, taken only when the
+//!    cosine reaches [`SAME_ENTITY`] and the guard [`distinct`] does not keep them apart;
+//!    otherwise a new entity. Candidates are the [`ENTITY_CANDIDATES`] nearest, so the judge's
+//!    work per name does not grow with the graph.
+//! 2. it is embedded (the fact's sentence; new entities by name);
+//! 3. it is related to the newest held facts on the same two entities: a restatement merges into
+//!    the held fact (both sources kept, a counted `Restated` trace on the held fact's episodes);
+//!    a contradiction retires the held fact (kept, with when and by which fact). The built-in
+//!    judge is conservative; a model judge decides each pair.
+//!
+//! Planning reads the store and runs the models without the memory's lock; only the lane
+//! writes the graph (one worker per memory), so what it read is still what holds when the plan
+//! is applied under the lock. Applying re-checks anyway and skips what moved.
+
+use std::collections::{HashMap, HashSet};
+
+use super::records::{Entity, Fact, FactStatus, Restatement, TraceKind, VectorKind, VectorRecord};
+use super::state::State;
+use crate::models::{cosine, CallCtx, Models, Relation};
+use crate::store::{keys, Reader, StoreError, Table};
+
+/// Cosine of two names' embeddings from which they may name one entity (guard permitting).
+/// Calibrated on LoCoMo dev names: see docs/models.md, "Entity resolution".
+pub const SAME_ENTITY: f32 = 0.80;
+/// Nearest held entities considered per name.
+pub const ENTITY_CANDIDATES: usize = 8;
+/// Newest held facts on the same two entities a new fact is related to.
+pub const RELATED_FACTS: usize = 8;
+
+/// A name's normalised form: lowercase, punctuation as spaces, a leading article and a
+/// possessive "'s" dropped, whitespace collapsed. Equal forms name one entity.
+pub fn norm(name: &str) -> String {
+    let lower = name.to_lowercase().replace(['’', '`'], "'");
+    let mut words: Vec<String> = lower
+        .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '-' || c == '_' || c == '#' || c == '.'))
+        .map(|w| w.trim_matches(|c: char| c == '\'' || c == '.' || c == '-'))
+        .map(|w| w.strip_suffix("'s").unwrap_or(w).to_owned())
+        .filter(|w| !w.is_empty())
+        .collect();
+    if words.len() > 1 && matches!(words[0].as_str(), "the" | "a" | "an") {
+        words.remove(0);
+    }
+    words.join(" ")
+}
+
+/// Tokens that carry an identifier or a number ("1234", "v3", "inv-0042", "#12").
+fn id_tokens(name: &str) -> HashSet<String> {
+    norm(name)
+        .split(' ')
+        .filter(|w| w.chars().any(|c| c.is_ascii_digit()))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Capitalised words of a name as written (proper names), lowercased.
+fn proper_words(name: &str) -> HashSet<String> {
+    name.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.chars().next().is_some_and(char::is_uppercase) && w.chars().skip(1).any(char::is_lowercase))
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// The guard against merging distinct entities, whatever their embeddings say: two names with
+/// different identifiers or numbers ("ticket 1234" / "ticket 1235"), or whose proper names
+/// differ on both sides ("Dana Smith" / "Dana Lee"; "Dana" / "Dana Smith" may still be one).
+pub fn distinct(a: &str, b: &str) -> bool {
+    let (ia, ib) = (id_tokens(a), id_tokens(b));
+    if (!ia.is_empty() || !ib.is_empty()) && ia != ib {
+        return true;
+    }
+    let (pa, pb) = (proper_words(a), proper_words(b));
+    !pa.is_empty() && !pb.is_empty() && !pa.is_subset(&pb) && !pb.is_subset(&pa)
+}
+
+/// Where a name resolved: a held entity, or the plan's i-th new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Node {
+    Held(u64),
+    New(usize),
+}
+
+/// A new entity the plan creates.
+pub(super) struct NewEntity {
+    name: String,
+    aliases: Vec<String>,
+    vector: Option<Vec<f32>>,
+}
+
+/// A new fact's place in the graph.
+pub(super) struct Placed {
+    fact: u64,
+    subject: Node,
+    object: Node,
+    vector: Option<Vec<f32>>,
+    /// Held facts on the same entities and how this fact relates to each, newest first.
+    relations: Vec<(u64, Relation)>,
+}
+
+/// What a `Graph` job decided, ready to apply under the lock.
+pub(super) struct Plan {
+    /// The graph's size when planned: applying checks it did not move.
+    next_entity: u64,
+    entities: Vec<NewEntity>,
+    /// New names of held entities.
+    aliases: Vec<(u64, String)>,
+    placed: Vec<Placed>,
+    model: String,
+}
+
+impl Plan {
+    pub(super) fn placed_count(&self) -> usize {
+        self.placed.len()
+    }
+}
+
+/// What the planner reads of the store for one job.
+struct Held {
+    facts: Vec<Fact>,
+    entities: HashMap<u64, Entity>,
+    vectors: Vec<(u64, Vec<f32>)>,
+    next_entity: u64,
+}
+
+fn read_held(r: &Reader<'_>, memory: &str, facts: &[u64]) -> Result<Held, StoreError> {
+    let record: Option<super::records::MemoryRecord> = r.get(Table::Memories, &keys::memory(memory))?;
+    let mut out = Held {
+        facts: Vec::new(),
+        entities: HashMap::new(),
+        vectors: Vec::new(),
+        next_entity: record.map_or(0, |m| m.next_entity),
+    };
+    for &n in facts {
+        if let Some(f) = r.get::<Fact>(Table::Facts, &keys::seq(memory, n))? {
+            out.facts.push(f);
+        }
+    }
+    // Entity vectors, compared by brute force: the usearch index will bound this scan.
+    r.visit(
+        Table::Vectors,
+        &keys::seq2_prefix(memory, VectorKind::Entity as u64),
+        &keys::seq2_prefix(memory, VectorKind::Entity as u64),
+        |k, v: VectorRecord| {
+            let n = u64::from_be_bytes(k[k.len() - 8..].try_into().expect("8-byte suffix"));
+            out.vectors.push((n, v.v));
+            Ok(true)
+        },
+    )?;
+    Ok(out)
+}
+
+fn entity(r: &Reader<'_>, memory: &str, n: u64) -> Result<Option<Entity>, StoreError> {
+    r.get(Table::Entities, &keys::seq(memory, n))
+}
+
+/// The newest held facts on the edge between `a` and `b`, at most [`RELATED_FACTS`].
+fn facts_between(r: &Reader<'_>, memory: &str, a: u64, b: u64) -> Result<Vec<Fact>, StoreError> {
+    let mut ns = Vec::new();
+    r.visit_rev(Table::Edges, &keys::seq2_prefix(memory, a), |k, other: u64| {
+        if other == b {
+            ns.push(u64::from_be_bytes(k[k.len() - 8..].try_into().expect("8-byte suffix")));
+        }
+        Ok(ns.len() < RELATED_FACTS * 4)
+    })?;
+    let mut out = Vec::new();
+    for n in ns {
+        if let Some(f) = r.get::<Fact>(Table::Facts, &keys::seq(memory, n))? {
+            if f.is_active() {
+                out.push(f);
+            }
+        }
+        if out.len() == RELATED_FACTS {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Plans a `Graph` job. Reads the store, runs the embedder and the judge; holds no lock.
+/// Without models nothing is resolved (facts stay as written); a failing model leaves the
+/// job to be tried again (an error), never a guess.
+pub(super) fn plan(
+    models: &Models,
+    store: &crate::store::Store,
+    memory: &str,
+    facts: &[u64],
+) -> Result<Option<Plan>, String> {
+    let held = store
+        .read(|r| read_held(r, memory, facts))
+        .map_err(|e| e.to_string())?;
+    let todo: Vec<&Fact> = held.facts.iter().filter(|f| f.subject_entity.is_none()).collect();
+    if todo.is_empty() {
+        return Ok(None);
+    }
+    let ctx = CallCtx { memory };
+    // One embedding batch: every name, then every fact's sentence.
+    let mut texts: Vec<&str> = Vec::new();
+    for f in &todo {
+        texts.push(&f.subject);
+        texts.push(&f.object);
+    }
+    for f in &todo {
+        texts.push(&f.note);
+    }
+    let vectors = models.embedder.embed(&ctx, &texts).map_err(|e| e.to_string())?;
+    let (name_vecs, note_vecs) = vectors.split_at(todo.len() * 2);
+
+    let mut resolver = Resolver {
+        store,
+        memory,
+        held_vectors: &held.vectors,
+        entities: held.entities.clone(),
+        new: Vec::new(),
+        new_norms: HashMap::new(),
+        aliases: Vec::new(),
+    };
+    let mut placed = Vec::new();
+    for (i, f) in todo.iter().enumerate() {
+        let subject = resolver
+            .resolve(&f.subject, &f.subject_aliases, &name_vecs[2 * i])
+            .map_err(|e| e.to_string())?;
+        let object = resolver
+            .resolve(&f.object, &f.object_aliases, &name_vecs[2 * i + 1])
+            .map_err(|e| e.to_string())?;
+        placed.push(Placed {
+            fact: f.n,
+            subject,
+            object,
+            vector: Some(note_vecs[i].clone()),
+            relations: Vec::new(),
+        });
+    }
+
+    // Relations: each new fact against the newest held facts between the same two entities,
+    // and against the earlier new facts of this job on them.
+    for i in 0..placed.len() {
+        let (s, o) = (placed[i].subject, placed[i].object);
+        let mut candidates: Vec<(u64, String)> = Vec::new();
+        if let (Node::Held(a), Node::Held(b)) = (s, o) {
+            let held_facts = store
+                .read(|r| facts_between(r, memory, a, b))
+                .map_err(|e| e.to_string())?;
+            candidates.extend(held_facts.into_iter().map(|f| (f.n, f.note)));
+        }
+        for (j, earlier) in placed[..i].iter().enumerate().rev() {
+            let same = (earlier.subject == s && earlier.object == o) || (earlier.subject == o && earlier.object == s);
+            if same {
+                candidates.push((earlier.fact, todo[j].note.clone()));
+            }
+        }
+        let mut relations = Vec::new();
+        for (held_n, held_note) in candidates.into_iter().take(RELATED_FACTS) {
+            let r = models
+                .judge
+                .relation(&ctx, &todo[i].note, &held_note)
+                .map_err(|e| e.to_string())?;
+            relations.push((held_n, r));
+        }
+        placed[i].relations = relations;
+    }
+    Ok(Some(Plan {
+        next_entity: held.next_entity,
+        entities: resolver.new,
+        aliases: resolver.aliases,
+        placed,
+        model: models.embedder.id().name,
+    }))
+}
+
+struct Resolver<'a> {
+    store: &'a crate::store::Store,
+    memory: &'a str,
+    held_vectors: &'a [(u64, Vec<f32>)],
+    /// Held entities read so far (by number).
+    entities: HashMap<u64, Entity>,
+    new: Vec<NewEntity>,
+    new_norms: HashMap<String, usize>,
+    aliases: Vec<(u64, String)>,
+}
+
+impl Resolver<'_> {
+    fn held(&mut self, n: u64) -> Result<Option<&Entity>, StoreError> {
+        if !self.entities.contains_key(&n) {
+            if let Some(e) = self.store.read(|r| entity(r, self.memory, n))? {
+                self.entities.insert(n, e);
+            }
+        }
+        Ok(self.entities.get(&n))
+    }
+
+    /// The names an entity goes by (canonical first).
+    fn names(&mut self, node: Node) -> Result<Vec<String>, StoreError> {
+        Ok(match node {
+            Node::Held(n) => self
+                .held(n)?
+                .map(|e| std::iter::once(e.name.clone()).chain(e.aliases.iter().cloned()).collect())
+                .unwrap_or_default(),
+            Node::New(i) => std::iter::once(self.new[i].name.clone())
+                .chain(self.new[i].aliases.iter().cloned())
+                .collect(),
+        })
+    }
+
+    fn resolve(&mut self, name: &str, aliases: &[String], vector: &[f32]) -> Result<Node, StoreError> {
+        let written: Vec<&str> = std::iter::once(name)
+            .chain(aliases.iter().map(String::as_str))
+            .filter(|n| !norm(n).is_empty())
+            .collect();
+        // 1. A name already known, as written or as the note says it is also called.
+        let mut found = None;
+        for n in &written {
+            let key = norm(n);
+            if let Some(&i) = self.new_norms.get(&key) {
+                found = Some(Node::New(i));
+                break;
+            }
+            let memory = self.memory;
+            if let Some(e) = self.store.read(|r| r.get::<u64>(Table::Aliases, &keys::name(memory, &key)))? {
+                found = Some(Node::Held(e));
+                break;
+            }
+        }
+        // 2. The nearest entities by meaning, unless the guard keeps them apart.
+        if found.is_none() && !vector.is_empty() {
+            let mut near: Vec<(f32, Node)> = self
+                .held_vectors
+                .iter()
+                .map(|(n, v)| (cosine(vector, v), Node::Held(*n)))
+                .chain(
+                    self.new
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(i, e)| e.vector.as_ref().map(|v| (cosine(vector, v), Node::New(i)))),
+                )
+                .filter(|(c, _)| *c >= SAME_ENTITY)
+                .collect();
+            near.sort_by(|a, b| b.0.total_cmp(&a.0));
+            near.truncate(ENTITY_CANDIDATES);
+            for (_, node) in near {
+                let names = self.names(node)?;
+                if !names.is_empty() && names.iter().all(|other| !distinct(name, other)) {
+                    found = Some(node);
+                    break;
+                }
+            }
+        }
+        let node = match found {
+            Some(node) => node,
+            None => {
+                let i = self.new.len();
+                self.new.push(NewEntity {
+                    name: name.trim().to_owned(),
+                    aliases: Vec::new(),
+                    vector: Some(vector.to_vec()),
+                });
+                self.new_norms.insert(norm(name), i);
+                Node::New(i)
+            }
+        };
+        // Every written form it did not go by yet becomes an alias.
+        let known: HashSet<String> = self.names(node)?.iter().map(|n| norm(n)).collect();
+        let mut added: HashSet<String> = HashSet::new();
+        for n in written {
+            let key = norm(n);
+            if known.contains(&key) || !added.insert(key.clone()) {
+                continue;
+            }
+            match node {
+                Node::Held(e) => {
+                    self.aliases.push((e, n.trim().to_owned()));
+                    if let Some(ent) = self.entities.get_mut(&e) {
+                        ent.aliases.push(n.trim().to_owned());
+                    }
+                }
+                Node::New(i) => self.new[i].aliases.push(n.trim().to_owned()),
+            }
+            if let Node::New(i) = node {
+                self.new_norms.insert(key, i);
+            }
+        }
+        Ok(node)
+    }
+}
+
+/// Applies a plan under the memory's lock. Returns false (nothing applied) when the graph moved
+/// since it was planned, so the job is planned again.
+pub(super) fn apply(st: &mut State, plan: Plan, at: f64) -> bool {
+    if st.memory.next_entity != plan.next_entity {
+        return false;
+    }
+    let mut numbers = Vec::with_capacity(plan.entities.len());
+    for e in plan.entities {
+        let n = st.push_entity(Entity {
+            n: 0,
+            name: e.name.clone(),
+            aliases: e.aliases.clone(),
+            at,
+        });
+        for name in std::iter::once(&e.name).chain(&e.aliases) {
+            st.put_alias(norm(name), n);
+        }
+        if let Some(v) = e.vector {
+            st.put_vector(VectorKind::Entity, n, VectorRecord { model: plan.model.clone(), v });
+        }
+        numbers.push(n);
+    }
+    let number = |node: Node| match node {
+        Node::Held(n) => n,
+        Node::New(i) => numbers[i],
+    };
+    for (e, alias) in plan.aliases {
+        if (e as usize) < st.entities.len() && !st.entities[e as usize].aliases.contains(&alias) {
+            st.entity_mut(e).aliases.push(alias.clone());
+            st.put_alias(norm(&alias), e);
+        }
+    }
+    for p in plan.placed {
+        let Some(f) = st.fact(p.fact) else { continue };
+        if f.subject_entity.is_some() {
+            continue; // already placed
+        }
+        let (s, o) = (number(p.subject), number(p.object));
+        let fact = st.fact_mut(p.fact);
+        fact.subject_entity = Some(s);
+        fact.object_entity = Some(o);
+        st.put_edge(s, p.fact, o);
+        if let Some(v) = p.vector {
+            st.put_vector(VectorKind::Fact, p.fact, VectorRecord { model: plan.model.clone(), v });
+        }
+        for (held, relation) in p.relations {
+            if !st.fact(held).is_some_and(Fact::is_active) || !st.fact(p.fact).is_some_and(Fact::is_active) {
+                continue;
+            }
+            match relation {
+                Relation::Restates => merge(st, p.fact, held, at),
+                Relation::Contradicts => {
+                    st.fact_mut(held).status = FactStatus::Retired { by: p.fact, at };
+                }
+                Relation::Unrelated => {}
+            }
+        }
+    }
+    true
+}
+
+/// `fact` says what `held` says: it merges into `held`, whose sources grow, and each episode
+/// `held` was written for gets a counted trace (being said again renews it).
+fn merge(st: &mut State, fact: u64, held: u64, at: f64) {
+    let (note_seq, episodes) = {
+        let f = &st.facts[fact as usize];
+        (f.note_seq, f.episodes.clone())
+    };
+    st.fact_mut(fact).status = FactStatus::Merged { into: held, at };
+    st.fact_mut(held).restated_by.push(Restatement {
+        fact,
+        note_seq,
+        episodes,
+        at,
+    });
+    let held_episodes: Vec<u64> = st.facts[held as usize].episodes.clone();
+    for e in held_episodes {
+        if (e as usize) < st.episodes.len() {
+            st.push_trace(e, TraceKind::Restated, at, 1.0, true, Some(held));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_normalise() {
+        assert_eq!(norm("The Pricing Page"), "pricing page");
+        assert_eq!(norm("Caroline's"), "caroline");
+        assert_eq!(norm("  INV-0042. "), "inv-0042");
+        assert_eq!(norm("the"), "the");
+    }
+
+    #[test]
+    fn the_guard_keeps_ids_and_different_people_apart() {
+        assert!(distinct("ticket 1234", "ticket 1235"));
+        assert!(distinct("copy v3", "copy v4"));
+        assert!(distinct("Dana Smith", "Dana Lee"));
+        assert!(!distinct("Dana", "Dana Smith"));
+        assert!(!distinct("pricing page copy v3", "Pricing page copy v3"));
+        assert!(!distinct("the new copy", "pricing page copy"));
+        assert!(distinct("the new copy", "pricing page copy v3"), "one side has an id the other lacks");
+    }
+}
