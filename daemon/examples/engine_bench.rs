@@ -3,6 +3,11 @@
 //!     cargo run --release -p recalld --example engine_bench [-- --calls 200 --sizes 1000,10000,100000]
 //!     cargo run --release -p recalld --example engine_bench -- --ceiling 16000 --sizes 1000,10000
 //!     cargo run --release -p recalld --example engine_bench -- --traces --ceiling 4000
+//!     cargo run --release -p recalld --example engine_bench -- --lanes 10 --interval-ms 100 --seconds 60
+//!
+//! `--lanes N` is the lanes under load: N memories each get a turn (user message, note when
+//! asked, reply) every `--interval-ms` for `--seconds`, at a 4,000-token ceiling so episodes cut,
+//! leave, seal and notes write facts all the time; the lane depth is sampled every second.
 //!
 //! With `--ceiling` the memory lives as in real use: it is filled turn by turn (one user message,
 //! one reply) at that ceiling, and a simulated model answers every note ask with one fact per
@@ -75,6 +80,9 @@ struct Opts {
     sizes: Vec<usize>,
     ceiling: Option<u64>,
     traces: bool,
+    lanes: Option<usize>,
+    interval_ms: u64,
+    seconds: u64,
 }
 
 fn main() {
@@ -83,6 +91,9 @@ fn main() {
         sizes: vec![1_000, 10_000, 100_000],
         ceiling: None,
         traces: false,
+        lanes: None,
+        interval_ms: 100,
+        seconds: 60,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -90,6 +101,9 @@ fn main() {
             "--calls" => o.calls = args.next().and_then(|v| v.parse().ok()).expect("--calls N"),
             "--ceiling" => o.ceiling = Some(args.next().and_then(|v| v.parse().ok()).expect("--ceiling N")),
             "--traces" => o.traces = true,
+            "--lanes" => o.lanes = Some(args.next().and_then(|v| v.parse().ok()).expect("--lanes N")),
+            "--interval-ms" => o.interval_ms = args.next().and_then(|v| v.parse().ok()).expect("--interval-ms N"),
+            "--seconds" => o.seconds = args.next().and_then(|v| v.parse().ok()).expect("--seconds N"),
             "--sizes" => {
                 o.sizes = args
                     .next()
@@ -102,13 +116,16 @@ fn main() {
         }
     }
     // Only the worst case needs episodes that never fit (so nothing is ever cut).
-    let config = if o.ceiling.is_none() {
+    let config = if o.ceiling.is_none() && o.lanes.is_none() {
         "[engine]\nmax_episode_tokens = 1000000000\n"
     } else {
         ""
     };
     let daemon = Daemon::start(config);
     let mut c = Client::connect(&daemon.socket).unwrap();
+    if let Some(n) = o.lanes {
+        return lanes(&daemon.socket, &mut c, n, &o);
+    }
     match (o.traces, o.ceiling) {
         (true, ceiling) => traces(&mut c, ceiling.unwrap_or(4_000)),
         (false, Some(ceiling)) => realistic(&mut c, &o, ceiling),
@@ -345,6 +362,80 @@ fn traces(c: &mut Client, ceiling: u64) {
     println!("| decorate | {} | {} | {dm:.2} |", pct(&mut dec, 0.5), pct(&mut dec, 0.99));
     println!("| report | {} | {} | {rm:.2} |", pct(&mut rep, 0.5), pct(&mut rep, 0.99));
     println!("{}", lane_line(c));
+    drain(c);
+}
+
+/// N memories, each a turn every `interval_ms`, for `seconds`: does the lane keep up?
+fn lanes(socket: &std::path::Path, c: &mut Client, n: usize, o: &Opts) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let stop = Arc::new(AtomicBool::new(false));
+    let turns = Arc::new(AtomicUsize::new(0));
+    let before = c.call("stats", json!({})).unwrap();
+    let started = Instant::now();
+    let drivers: Vec<_> = (0..n)
+        .map(|m| {
+            let (stop, turns, socket) = (stop.clone(), turns.clone(), socket.to_path_buf());
+            let interval = Duration::from_millis(o.interval_ms);
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&socket).unwrap();
+                let memory = format!("lane-{m}");
+                let mut now = 1.7e9;
+                let mut k = 0usize;
+                let mut next = Instant::now();
+                while !stop.load(Ordering::SeqCst) {
+                    now += 30.0;
+                    let mut messages = vec![];
+                    if k == 0 {
+                        messages.push(json!({"role": "system", "content": "You are a helpful airline agent."}));
+                    }
+                    messages.push(json!({"role": "user", "content": text(k + m * 1_000_000, 200)}));
+                    let r = c
+                        .call("decorate", json!({"memory": memory, "history": "delta", "ceiling": 4000, "now": now,
+                            "request": {"model": "gpt-4o", "messages": messages}}))
+                        .unwrap();
+                    if r["info"]["note_ask"] == true {
+                        let reply = chat_reply("n", note_message(&r["info"], &format!("note{k}")), &r["info"]["request_tokens"]);
+                        c.call("report", json!({"memory": memory, "now": now + 0.5, "response": reply})).unwrap();
+                    }
+                    let reply = chat_reply("c", json!({"role": "assistant", "content": text(k + 1 + m * 1_000_000, 200)}), &r["info"]["request_tokens"]);
+                    c.call("report", json!({"memory": memory, "now": now + 1.0, "response": reply})).unwrap();
+                    turns.fetch_add(1, Ordering::Relaxed);
+                    k += 2;
+                    next += interval;
+                    if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(wait);
+                    }
+                }
+            })
+        })
+        .collect();
+    println!("{n} memories, a turn each every {} ms, for {} s; lane depth each second:", o.interval_ms, o.seconds);
+    let mut depths = Vec::new();
+    for _ in 0..o.seconds {
+        std::thread::sleep(Duration::from_secs(1));
+        depths.push(c.call("stats", json!({})).unwrap()["lanes"]["depth"].as_u64().unwrap_or(0));
+    }
+    stop.store(true, Ordering::SeqCst);
+    for d in drivers {
+        d.join().unwrap();
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let after = c.call("stats", json!({})).unwrap();
+    let d = |k: &str| after["lanes"][k].as_f64().unwrap_or(0.0) - before["lanes"][k].as_f64().unwrap_or(0.0);
+    println!("depth: {depths:?}");
+    println!(
+        "turns {} ({:.1}/s); max depth {}; depth at end {}; lane per second: {:.1} jobs, {:.1} units judged, {:.1} facts placed (resolved + embedded), {:.1} fact judgments; judge busy {:.0}%",
+        turns.load(Ordering::Relaxed),
+        turns.load(Ordering::Relaxed) as f64 / secs,
+        depths.iter().max().unwrap_or(&0),
+        depths.last().unwrap_or(&0),
+        d("jobs_run") / secs,
+        d("units_judged") / secs,
+        d("facts_placed") / secs,
+        d("fact_judgments") / secs,
+        100.0 * d("judge_seconds") / secs
+    );
     drain(c);
 }
 
