@@ -52,7 +52,9 @@ def has_note(body: Dict[str, Any]) -> bool:
 
 
 def facts_block(path: str, body: Dict[str, Any]) -> str:
-    return next((t for r, t in request_texts(path, body) if t.startswith(FACTS_HEADER)), "")
+    """The facts block: a message of its own, or (Anthropic) a part of `system`."""
+    text = next((t for r, t in request_texts(path, body) if FACTS_HEADER in t), "")
+    return text[text.find(FACTS_HEADER) :] if text else ""
 
 
 def check_conversation(fake: FakeLLM, path: str, turns: int, history_lengths: List[int]) -> None:

@@ -27,7 +27,12 @@ export async function checkConversation(fake: FakeLLM, path: string, turns: numb
   assert.ok(asks.length > 0, "history never faded far enough to ask for a note");
   assert.equal(bodies.length, turns + asks.length, "one extra model call per note-only reply");
   for (const i of asks) assert.ok(!hasNote(bodies[i + 1]!), "the second call carries no ask");
-  const after = bodies.slice(asks[0]! + 1).map((b) => requestTexts(path, b).find(([, t]) => t.startsWith(FACTS_HEADER))?.[1] ?? "");
+  // The facts block: a message of its own, or (Anthropic) a part of `system`.
+  const facts = (b: Body) => {
+    const t = requestTexts(path, b).find(([, t]) => t.includes(FACTS_HEADER))?.[1] ?? "";
+    return t.slice(t.indexOf(FACTS_HEADER));
+  };
+  const after = bodies.slice(asks[0]! + 1).map(facts);
   assert.ok(after.every(Boolean), "every request after the note carries the facts block");
   assert.match(after[after.length - 1]!, /Fact \d+: the deploy key rotates every Friday/);
   const sent = requestTexts(path, bodies[bodies.length - 1]!).length;

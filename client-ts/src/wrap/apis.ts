@@ -22,6 +22,9 @@ export interface Api {
   /** The note tool's name in a decorated request that asks for a note (the last tool). */
   noteTool(request: Json): string | undefined;
   streamFilter(note: string | undefined): StreamFilter;
+  /** The request as recalld should read it (Messages: a minimal request gets an empty `system`,
+   * else it would read as Chat Completions; the decorated request leaves it out again). */
+  mark?(request: Json): Json;
 }
 
 const isEqual = (a: unknown, b: unknown): boolean => JSON.stringify(a) === JSON.stringify(b);
@@ -323,4 +326,5 @@ export const messages: Api = {
     return tools.length ? tools[tools.length - 1]!["name"] : undefined;
   },
   streamFilter: (note) => new MessagesFilter(note),
+  mark: (request) => ("system" in request ? request : { ...request, system: "" }),
 };

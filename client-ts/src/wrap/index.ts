@@ -144,7 +144,8 @@ class Call {
 
   private async decorate(request: Json): Promise<Json | undefined> {
     try {
-      return await this.connector.use((memory) => memory.decorate(this.opts.memory!, request, this.decorateOptions()));
+      const marked = this.api.mark ? this.api.mark(request) : request;
+      return await this.connector.use((memory) => memory.decorate(this.opts.memory!, marked, this.decorateOptions()));
     } catch (err) {
       this.passOrThrow(err, "decorate");
       return undefined;

@@ -80,12 +80,17 @@ def _recalld_failed(opts: Options, stage: str, error: RecalldError) -> None:
     raise error
 
 
+def _marked(api: Any, request: Dict[str, Any]) -> Dict[str, Any]:
+    mark = getattr(api, "mark", None)
+    return mark(request) if mark is not None else request
+
+
 def call_flow(api: Any, request: Dict[str, Any], transport: Dict[str, Any], opts: Options) -> Flow:
     """One non-streamed call. Returns the SDK's reply object without the note call."""
     if opts.memory is None:
         return (yield Create({**request, **transport}))
     try:
-        decorated = yield Decorate(opts.decorate_args(request))
+        decorated = yield Decorate(opts.decorate_args(_marked(api, request)))
     except RecalldError as e:
         _recalld_failed(opts, "decorate", e)
         return (yield Create({**request, **transport}))
@@ -101,7 +106,7 @@ def call_flow(api: Any, request: Dict[str, Any], transport: Dict[str, Any], opts
             return reply
         if not result["again"] or attempt == MAX_AGAIN:
             return api.rebuild(reply, dumped, result["response"])
-        decorated = yield Decorate(opts.decorate_args(request))
+        decorated = yield Decorate(opts.decorate_args(_marked(api, request)))
     raise AssertionError("unreachable")
 
 
@@ -113,7 +118,7 @@ def stream_flow(api: Any, request: Dict[str, Any], transport: Dict[str, Any], op
         yield from _pass_stream(api, {**request, **transport})
         return
     try:
-        decorated = yield Decorate(opts.decorate_args(request))
+        decorated = yield Decorate(opts.decorate_args(_marked(api, request)))
     except RecalldError as e:
         _recalld_failed(opts, "decorate", e)
         yield from _pass_stream(api, {**request, **transport})
@@ -146,7 +151,7 @@ def stream_flow(api: Any, request: Dict[str, Any], transport: Dict[str, Any], op
             _recalld_failed(opts, "report", e)
             result = None
         if result is not None and result["again"] and not filt.visible and attempt < MAX_AGAIN:
-            decorated = yield Decorate(opts.decorate_args(request))
+            decorated = yield Decorate(opts.decorate_args(_marked(api, request)))
             continue
         for out in filt.finish(result and result["response"]):
             yield Emit(out)
