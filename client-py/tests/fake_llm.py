@@ -286,6 +286,15 @@ class FakeLLM:
                     "output_index": index,
                     "item": {**item, "content": [], "status": "in_progress"},
                 }
+                part = {"type": "output_text", "text": "", "annotations": []}
+                yield None, {
+                    "type": "response.content_part.added",
+                    "sequence_number": next(seq),
+                    "output_index": index,
+                    "item_id": item["id"],
+                    "content_index": 0,
+                    "part": part,
+                }
                 for i, piece in enumerate(_chunks(reply.text or "")):
                     if i > 0:
                         yield "gate", None
@@ -298,6 +307,14 @@ class FakeLLM:
                         "delta": piece,
                         "logprobs": [],
                     }
+                yield None, {
+                    "type": "response.content_part.done",
+                    "sequence_number": next(seq),
+                    "output_index": index,
+                    "item_id": item["id"],
+                    "content_index": 0,
+                    "part": {**part, "text": reply.text},
+                }
             yield None, {"type": "response.output_item.done", "sequence_number": next(seq), "output_index": index, "item": item}
         yield None, {"type": "response.completed", "sequence_number": next(seq), "response": self.responses_json(body, reply, n)}
 

@@ -89,3 +89,24 @@ def test_async_messages_stream_chunk_by_chunk_and_tools(daemon: Daemon, fake: Fa
     assert fake.gate_timeouts == 0 and len(pieces) > 5
     roles = [m["role"] for m in recalld.Client(daemon.socket).export(memory_id)["messages"]]
     assert roles == ["user", "assistant", "tool", "assistant"]
+
+
+def test_messages_stream_helper_goes_through_the_wrapper(daemon: Daemon, fake: FakeLLM, memory_id: str) -> None:
+    client = recalld.wrap(anthropic.Anthropic(base_url=fake.url, api_key="test", max_retries=0), memory=memory_id, socket=daemon.socket)
+    with client.messages.stream(model="m", max_tokens=100, messages=[{"role": "user", "content": "hi"}]) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text.startswith("Answer") and final.content[0].text == text
+    assert len(recalld.Client(daemon.socket).export(memory_id)["messages"]) == 2
+
+    async def run() -> str:
+        aclient = recalld.wrap(
+            anthropic.AsyncAnthropic(base_url=fake.url, api_key="test", max_retries=0), memory=memory_id, socket=daemon.socket
+        )
+        history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": text}, {"role": "user", "content": "more"}]
+        async with aclient.messages.stream(model="m", max_tokens=100, messages=history) as s:
+            return (await s.get_final_message()).content[0].text
+
+    assert asyncio.run(run()).startswith("Answer")
+    assert len(recalld.Client(daemon.socket).export(memory_id)["messages"]) == 4
+

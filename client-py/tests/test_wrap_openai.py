@@ -331,3 +331,11 @@ def test_parse_goes_through_the_wrapper(daemon: Daemon, fake: FakeLLM, memory_id
     reply = client.chat.completions.parse(model="m", messages=[{"role": "user", "content": "hi"}])
     assert reply.choices[0].message.content.startswith("Answer")
     assert len(recalld.Client(daemon.socket).export(memory_id)["messages"]) == 2
+
+
+def test_responses_stream_helper_goes_through_the_wrapper(daemon: Daemon, fake: FakeLLM, memory_id: str) -> None:
+    client = recalld.wrap(openai.OpenAI(base_url=fake.url + "/v1", api_key="test", max_retries=0), memory=memory_id, socket=daemon.socket)
+    with client.responses.stream(model="m", input="hi") as stream:
+        final = stream.get_final_response()
+    assert final.output_text.startswith("Answer")
+    assert len(recalld.Client(daemon.socket).export(memory_id)["messages"]) == 2

@@ -19,7 +19,7 @@ from .._errors import RecalldConnectionError
 from ._flow import AsyncIO, SyncIO, adrive, adrive_stream, call_flow, drive, drive_stream, stream_flow
 from ._openai import ChatCompletions, Responses
 from ._options import Options
-from ._plain import split_call
+from ._plain import is_omitted, split_call
 from ._streams import async_stream_like, stream_like
 
 __all__ = ["wrap", "Options"]
@@ -88,7 +88,33 @@ def wrap(
         original = getattr(owner, names[-1])
         original = getattr(original, "__recalld_original__", original)  # wrapping twice re-wraps
         setattr(owner, names[-1], patch(original, api, streams, opts, connect))
+    if kind[0] == "anthropic":
+        _patch_anthropic_stream(client.messages, kind[1])
     return client
+
+
+def _patch_anthropic_stream(messages: Any, is_async: bool) -> None:
+    """`client.messages.stream(...)`: the Python SDK posts there directly, not through `create`,
+    so it is rebuilt on the wrapped `create(stream=True)` with the SDK's own stream manager.
+    With `output_format` (structured output, parsed by the helper) it stays the SDK's own."""
+    from anthropic import NOT_GIVEN
+    from anthropic.lib.streaming import AsyncMessageStreamManager, MessageStreamManager
+
+    original = getattr(messages.stream, "__recalld_original__", messages.stream)
+
+    @functools.wraps(original)
+    def stream(*args: Any, **kwargs: Any) -> Any:
+        output_format = kwargs.get("output_format")
+        if args or (output_format is not None and not is_omitted(output_format)):
+            return original(*args, **kwargs)
+        kwargs.pop("output_format", None)
+        create = messages.create
+        if is_async:
+            return AsyncMessageStreamManager(create(**kwargs, stream=True), output_format=NOT_GIVEN)
+        return MessageStreamManager(lambda: create(**kwargs, stream=True), output_format=NOT_GIVEN)
+
+    stream.__recalld_original__ = original  # type: ignore[attr-defined]
+    messages.stream = stream
 
 
 def _kind(client: Any) -> Tuple[str, bool]:
