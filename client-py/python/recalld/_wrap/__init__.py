@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from .._args import Now, SocketPath, resolve_socket
 from .._async import AsyncClient
@@ -215,4 +215,3 @@ class _AsyncConnector:
         return client
 
 
-OptionsLike = Union[Options, Dict[str, Any]]
