@@ -101,13 +101,21 @@ def test_note_alongside_text_is_cut_out_without_a_second_call(daemon: Daemon, fa
     history: List[Dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
     for i in range(14):
         history.append({"role": "user", "content": user_text(i)})
-        reply = client.chat.completions.create(model="gpt-4o-mini", messages=history, recalld={"now": T0 + 60 * i})
-        message = reply.choices[0].message
-        assert message.content.startswith("Answer") and not message.tool_calls
-        history.append({"role": "assistant", "content": message.content})
+        call = dict(model="gpt-4o-mini", messages=history, recalld={"now": T0 + 60 * i})
+        if i >= 7:  # streamed: the note's deltas come first and are cut out, the text passes
+            chunks = list(client.chat.completions.create(**call, stream=True))
+            assert all(not c.choices or not c.choices[0].delta.tool_calls for c in chunks)
+            assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        else:
+            message = client.chat.completions.create(**call).choices[0].message
+            assert not message.tool_calls
+            text = message.content
+        assert text.startswith("Answer"), text
+        history.append({"role": "assistant", "content": text})
     bodies = fake.bodies("/chat/completions")
-    assert any(has_note(b) for b in bodies)
     assert len(bodies) == 14, "the reply held more than the note: no second call"
+    assert any(has_note(b) for b in bodies[7:]), "a streamed turn was asked for the note"
 
 
 def test_chat_stream_passes_text_chunk_by_chunk(daemon: Daemon, fake: FakeLLM, memory_id: str) -> None:

@@ -106,7 +106,11 @@ def call_flow(api: Any, request: Dict[str, Any], transport: Dict[str, Any], opts
             return reply
         if not result["again"] or attempt == MAX_AGAIN:
             return api.rebuild(reply, dumped, result["response"])
-        decorated = yield Decorate(opts.decorate_args(_marked(api, request)))
+        try:
+            decorated = yield Decorate(opts.decorate_args(_marked(api, request)))
+        except RecalldError as e:
+            _recalld_failed(opts, "decorate", e)
+            decorated = {"request": request, "info": {}}
     raise AssertionError("unreachable")
 
 
@@ -151,7 +155,11 @@ def stream_flow(api: Any, request: Dict[str, Any], transport: Dict[str, Any], op
             _recalld_failed(opts, "report", e)
             result = None
         if result is not None and result["again"] and not filt.visible and attempt < MAX_AGAIN:
-            decorated = yield Decorate(opts.decorate_args(_marked(api, request)))
+            try:
+                decorated = yield Decorate(opts.decorate_args(_marked(api, request)))
+            except RecalldError as e:
+                _recalld_failed(opts, "decorate", e)
+                decorated = {"request": request, "info": {}}
             continue
         for out in filt.finish(result and result["response"]):
             yield Emit(out)
