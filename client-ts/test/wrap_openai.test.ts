@@ -8,7 +8,7 @@ import OpenAI from "openai";
 
 import { Client, ConnectionError, RecalldError, withMemory, wrap } from "../src/index.js";
 import { CEILING, SYSTEM, T0, checkConversation, userText } from "./conversation.js";
-import { startFakeLLM, type FakeLLM } from "./fake_llm.js";
+import { NOTE_TOOL, startFakeLLM, toolNames, type FakeLLM } from "./fake_llm.js";
 import { memoryId, startDaemon, type Daemon } from "./support.js";
 
 describe("wrap(openai)", { timeout: 300_000 }, () => {
@@ -68,6 +68,36 @@ describe("wrap(openai)", { timeout: 300_000 }, () => {
       history.push({ role: "assistant", content: text });
     }
     await checkConversation(fake, "/chat/completions", turns, history.length, from);
+  });
+
+  test("a streamed reply holding the note and the answer: the note's deltas are cut out, no second call", async () => {
+    const from = (await fake.requests()).length;
+    await fake.config({ note_with_text: true });
+    try {
+      const client = wrap(openai(), { memory: memoryId("note-with-text"), socket: daemon.socket, ceiling: CEILING });
+      const history: any[] = [{ role: "system", content: SYSTEM }];
+      for (let i = 0; i < 14; i++) {
+        history.push({ role: "user", content: userText(i) });
+        const stream = await client.chat.completions.create(
+          withMemory({ model: "m", messages: history, stream: true as const }, { now: T0 + 60 * i }),
+        );
+        let text = "";
+        const finishes: string[] = [];
+        for await (const chunk of stream) {
+          assert.ok(!chunk.choices[0]?.delta.tool_calls?.length, "no note deltas shown");
+          text += chunk.choices[0]?.delta.content ?? "";
+          if (chunk.choices[0]?.finish_reason) finishes.push(chunk.choices[0].finish_reason);
+        }
+        assert.match(text, /^Answer/);
+        assert.deepEqual(finishes, ["stop"]);
+        history.push({ role: "assistant", content: text });
+      }
+      const bodies = (await fake.requests()).slice(from).map(([, b]) => b);
+      assert.equal(bodies.length, 14, "no second call");
+      assert.ok(bodies.some((b) => toolNames(b).includes(NOTE_TOOL)), "the note was asked for");
+    } finally {
+      await fake.config({ note_with_text: false });
+    }
   });
 
   test("stream deltas reach the caller one by one", async () => {

@@ -61,14 +61,12 @@ export function wrap<C extends object>(client: C, options: WrapOptions = {}): C 
     [["chat", "completions"], chatCompletions],
     [["responses"], responses],
     [["messages"], messages],
-    [["beta", "messages"], messages],
   ];
   let wrapped = 0;
   for (const [path, api] of targets) {
     let owner: any = client;
     for (const name of path) owner = owner?.[name];
     if (!owner || typeof owner.create !== "function") continue;
-    if (path[0] === "beta" && path[1] === "messages" && !isAnthropic(client)) continue;
     const original = owner.create.__recalldOriginal ?? owner.create;
     const method = wrapMethod(client, owner, original, api, options, shared);
     owner.create = method;
@@ -76,10 +74,6 @@ export function wrap<C extends object>(client: C, options: WrapOptions = {}): C 
   }
   if (!wrapped) throw new TypeError("recalld.wrap takes an openai or @anthropic-ai/sdk client");
   return client;
-}
-
-function isAnthropic(client: object): boolean {
-  return typeof (client as any).messages?.create === "function" && typeof (client as any).chat !== "object";
 }
 
 function wrapMethod(
