@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
+import time
 from typing import Any, Dict, Iterator, List
 
 import openai
@@ -318,8 +319,10 @@ def test_model_errors_stay_the_sdks(daemon: Daemon, fake: FakeLLM, memory_id: st
 def test_daemon_down_fails_fast_or_passes_through(tmp_path: Any, fake: FakeLLM, caplog: Any) -> None:
     missing = str(tmp_path / "nobody.sock")
     client = recalld.wrap(openai_client(fake), memory="m", socket=missing)
+    started = time.monotonic()
     with pytest.raises(recalld.RecalldConnectionError, match="not reachable") as err:
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert time.monotonic() - started < 2, "fails fast"
     assert err.value.code == "unavailable"
     assert fake.requests == []
 
