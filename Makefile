@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 export RECALLD_MODEL_DIR ?= $(MODEL_DIR)
 export RECALLD_BENCH_DIR ?= $(abspath $(REPO)/../shared/bench)
 
-.PHONY: run test model build build-release test-rust test-python test-ts test-e2e venv py-client ts-client bench bench-engine
+.PHONY: run test model build build-release test-rust test-python test-ts test-e2e venv py-client ts-client bench bench-engine sdk-py
 
 run: model build-release
 	./target/release/recalld serve
@@ -41,13 +41,17 @@ venv: $(PY)
 py-client: venv
 	cd client-py && VIRTUAL_ENV="$(VENV)" PATH="$(VENV)/bin:$$PATH" maturin develop --quiet
 
-test-python: build py-client
+# The provider SDKs the wrapper tests drive (recalld.wrap); the npm ones are client-ts devDependencies.
+sdk-py: venv
+	$(PY) -m pip install --quiet "openai>=3.57,<4" "anthropic>=2.14,<3"
+
+test-python: build py-client sdk-py
 	RECALLD_BIN="$(REPO)/target/debug/recalld" $(PY) -m pytest -q client-py/tests
 
 ts-client:
 	cd client-ts && npm ci --no-audit --no-fund && npm run build
 
-test-ts: build ts-client
+test-ts: build ts-client venv
 	cd client-ts && RECALLD_BIN="$(REPO)/target/debug/recalld" npm test
 
 test-e2e: build py-client ts-client

@@ -13,3 +13,4 @@ export { DEFAULT_MAX_FRAME_BYTES, FrameReader, encodeFrame } from "./frame.js";
 export { defaultSocketPath, socketPathFromSpec } from "./socket_path.js";
 export * from "./types.js";
 export { VERSION } from "./version.js";
+export { RecalldPromise, withMemory, wrap, type MemoryOptions, type WithMemory, type WrapOptions } from "./wrap/index.js";

@@ -1,12 +1,13 @@
 //! Golden tests of the engine through the real daemon: scripted multi-turn conversations with
-//! tool calls, in Chat Completions and in Responses shape, at a small ceiling so history fades.
+//! tool calls, in Chat Completions, Responses and Anthropic Messages shape, at a small ceiling
+//! so history fades.
 //! At each checkpoint the assembled request (and the `info` fields that matter) is compared
 //! with a checked-in file in `tests/golden/`. `UPDATE_GOLDEN=1` rewrites the files; read the
 //! diff before keeping it.
 //!
 //! Checkpoints: (a) before any fade; (b) while episodes leave (note ask last, in the
-//! instructions' role, note tool appended to `tools`); (c) after the model's note (episodes
-//! sealed, their messages gone, facts block after the instructions); (d) after forgetting (a
+//! instructions' role — in Messages, last in `system` — note tool appended to `tools`); (c) after
+//! the model's note (episodes sealed, their messages gone, facts block after the instructions); (d) after forgetting (a
 //! forgotten episode's facts leave the block); (e) after a 25-hour gap (sleep, faded to the
 //! landing).
 
@@ -21,6 +22,7 @@ use util::Daemon;
 enum Fmt {
     Chat,
     Responses,
+    Messages,
 }
 
 const WORDS: &[&str] = &[
@@ -141,6 +143,14 @@ impl Convo {
                 "instructions": "You are the build assistant for the recalld repo. Report results briefly.",
                 "input": self.history,
             }),
+            Fmt::Messages => json!({
+                "model": "claude-sonnet-4-5",
+                "max_tokens": 300,
+                "system": "You are the build assistant for the recalld repo. Run commands with run_shell and report results briefly.",
+                "messages": self.history,
+                "tools": [{"name": "run_shell", "description": "Run a shell command.",
+                    "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}],
+            }),
         }
     }
 
@@ -156,8 +166,7 @@ impl Convo {
     fn user(&mut self, text: String) {
         self.turn += 1;
         self.history.push(match self.fmt {
-            Fmt::Chat => json!({"role": "user", "content": text}),
-            Fmt::Responses => json!({"role": "user", "content": text}),
+            Fmt::Chat | Fmt::Responses | Fmt::Messages => json!({"role": "user", "content": text}),
         });
     }
 
@@ -165,6 +174,9 @@ impl Convo {
         self.history.push(match self.fmt {
             Fmt::Chat => json!({"role": "tool", "tool_call_id": id, "content": text}),
             Fmt::Responses => json!({"type": "function_call_output", "call_id": id, "output": text}),
+            Fmt::Messages => {
+                json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": text}]})
+            }
         });
     }
 
@@ -218,6 +230,26 @@ impl Convo {
                 }
                 json!({"id": format!("resp_{}", self.now), "object": "response", "model": "gpt-4.1", "output": output})
             }
+            Fmt::Messages => {
+                let mut content = Vec::new();
+                if let Some(t) = &text {
+                    content.push(json!({"type": "text", "text": t}));
+                }
+                if let Some(id) = &note_id {
+                    let input: Value = serde_json::from_str(&self.note_args()).unwrap();
+                    content.push(json!({"type": "tool_use", "id": id, "name": "note", "input": input}));
+                }
+                if let Some((id, cmd)) = &call {
+                    content.push(json!({"type": "tool_use", "id": id, "name": "run_shell", "input": {"cmd": cmd}}));
+                }
+                let stop = if call.is_some() || (note && text.is_none()) {
+                    "tool_use"
+                } else {
+                    "end_turn"
+                };
+                json!({"id": format!("msg_{}", self.now), "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                    "content": content, "stop_reason": stop, "stop_sequence": null})
+            }
         }
     }
 
@@ -257,6 +289,16 @@ impl Convo {
                     self.history.push(it);
                 }
             }
+            Fmt::Messages => {
+                let content = resp["content"].as_array().unwrap();
+                assert!(
+                    content.iter().all(|b| b["name"] != "note"),
+                    "the note call never reaches the client: {resp}"
+                );
+                if !content.is_empty() {
+                    self.history.push(json!({"role": "assistant", "content": content}));
+                }
+            }
         }
         r
     }
@@ -266,14 +308,20 @@ fn has_note_tool(fmt: Fmt, request: &Value) -> bool {
     request["tools"].as_array().is_some_and(|ts| {
         ts.iter().any(|t| match fmt {
             Fmt::Chat => t["function"]["name"] == "note",
-            Fmt::Responses => t["name"] == "note",
+            Fmt::Responses | Fmt::Messages => t["name"] == "note",
         })
     })
 }
 
-/// The request's message list (Chat `messages`, Responses `input`).
+/// The request's message list (Chat `messages`, Responses `input`; Messages: `system` as a first
+/// system message, then `messages`).
 fn items(fmt: Fmt, request: &Value) -> Vec<Value> {
     match fmt {
+        Fmt::Messages => {
+            let mut out = vec![json!({"role": "system", "content": request["system"]})];
+            out.extend(request["messages"].as_array().unwrap().iter().cloned());
+            out
+        }
         Fmt::Chat => request["messages"].as_array().unwrap().clone(),
         Fmt::Responses => match &request["input"] {
             Value::Array(a) => a.clone(),
@@ -288,7 +336,7 @@ fn text_of(item: &Value) -> String {
         Value::String(s) => s.clone(),
         Value::Array(parts) => parts
             .iter()
-            .filter_map(|p| p["text"].as_str())
+            .filter_map(|p| p["text"].as_str().or_else(|| p["content"].as_str()))
             .collect::<Vec<_>>()
             .join(""),
         _ => item["output"].as_str().unwrap_or("").to_string(),
@@ -313,6 +361,7 @@ fn block_role(fmt: Fmt) -> &'static str {
     match fmt {
         Fmt::Chat => "system",
         Fmt::Responses => "developer",
+        Fmt::Messages => "system",
     }
 }
 
@@ -346,7 +395,13 @@ fn run_scenario(fmt: Fmt, name: &str, ceiling: u64) {
 
             // Always: the turn in progress is in the request; the ask comes with the tool.
             assert_eq!(info["note_ask"].as_bool().unwrap(), has_note_tool(fmt, &req), "{info}");
-            let user_text = text_of(cv.history.iter().rev().find(|m| m["role"] == "user").unwrap());
+            let user_text = text_of(
+                cv.history
+                    .iter()
+                    .rev()
+                    .find(|m| m["role"] == "user" && m["content"].is_string())
+                    .unwrap(),
+            );
             assert!(
                 its.iter().any(|m| text_of(m) == user_text),
                 "the current user message is in view"
@@ -373,7 +428,7 @@ fn run_scenario(fmt: Fmt, name: &str, ceiling: u64) {
                 let facts_text = its
                     .iter()
                     .map(text_of)
-                    .find(|t| t.starts_with("Recorded facts"))
+                    .find(|t| t.contains("Recorded facts"))
                     .unwrap_or_default();
                 for e in &forgotten {
                     for f in e["facts"].as_array().unwrap() {
@@ -399,8 +454,13 @@ fn run_scenario(fmt: Fmt, name: &str, ceiling: u64) {
 
             let ask = has_note_tool(fmt, &req);
             if ask {
-                // The ask is the last message, in the instructions' role; the note tool is last.
-                let last = its.last().unwrap();
+                // The ask is the last message, in the instructions' role (Messages: the end of
+                // `system`); the note tool is last.
+                let last = if fmt == Fmt::Messages {
+                    &its[0]
+                } else {
+                    its.last().unwrap()
+                };
                 assert_eq!(last["role"], role, "{last}");
                 assert!(text_of(last).contains("is leaving live context"));
                 let tools = req["tools"].as_array().unwrap();
@@ -433,12 +493,19 @@ fn run_scenario(fmt: Fmt, name: &str, ceiling: u64) {
                         .filter(|e| e["state"] == "sealed")
                         .collect();
                     assert!(!sealed.is_empty(), "sealed after the note: {info}");
-                    let facts_at = if fmt == Fmt::Chat { 1 } else { 0 };
-                    assert_eq!(its2[facts_at]["role"], role);
+                    let facts_at = if fmt == Fmt::Responses { 0 } else { 1 };
+                    let facts_item = if fmt == Fmt::Messages {
+                        &its2[0]
+                    } else {
+                        &its2[facts_at]
+                    };
+                    assert_eq!(facts_item["role"], role);
+                    let facts_text = text_of(facts_item);
+                    let facts_text = facts_text.split("\n\n").last().unwrap();
                     assert!(
-                        text_of(&its2[facts_at]).starts_with("Recorded facts from compacted history"),
+                        facts_text.starts_with("Recorded facts from compacted history"),
                         "{}",
-                        its2[facts_at]
+                        facts_item
                     );
                     let in_view: Vec<u64> = info["in_view"]
                         .as_array()
@@ -528,6 +595,11 @@ fn chat_completions_conversation_fades_seals_forgets_and_sleeps() {
 #[test]
 fn responses_conversation_fades_seals_forgets_and_sleeps() {
     run_scenario(Fmt::Responses, "responses", 2500);
+}
+
+#[test]
+fn anthropic_messages_conversation_fades_seals_forgets_and_sleeps() {
+    run_scenario(Fmt::Messages, "messages", 2500);
 }
 
 /// Waits until the background lane has run every queued job, so each step sees the same state

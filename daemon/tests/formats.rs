@@ -1,5 +1,5 @@
 //! formats against real traffic: every conversation of agent-traces-dev.jsonl, as Chat
-//! Completions and as Responses, parses, renders back unchanged, pairs every tool call with its
+//! Completions, as Responses and as Anthropic Messages, parses, renders back unchanged, pairs every tool call with its
 //! output, and fingerprints alike when equal and apart when edited.
 
 use std::collections::HashMap;
@@ -186,6 +186,47 @@ fn responses_conversations_round_trip() {
                 .collect::<Vec<_>>()
         };
         assert_eq!(texts(&p.history), texts(&c.history), "{id}");
+    }
+}
+
+#[test]
+fn anthropic_messages_conversations_round_trip() {
+    for t in traces() {
+        let id = t["id"].as_str().unwrap();
+        // The chat conversation rendered as Messages, with its tools as {name, description, input_schema}.
+        let c = parse_request(&chat_request(&t)).unwrap();
+        let mut rest = c.rest.clone();
+        rest.remove("tools");
+        let mut v = render_request(Format::AnthropicMessages, &c.instructions, &c.history, &rest, &[]);
+        let tools: Vec<Value> = t["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|x| json!({"name": x["function"]["name"], "description": x["function"]["description"], "input_schema": x["function"]["parameters"]}))
+            .collect();
+        v["tools"] = Value::Array(tools);
+        assert!(v["system"].is_string(), "{id}: instructions go to system");
+        let p = parse_request(&v).unwrap_or_else(|e| panic!("{id}: {e}"));
+        assert_eq!(p.format, Format::AnthropicMessages, "{id}");
+        assert_eq!(render_back(&p), v, "{id}");
+        assert_eq!(p.instructions.len(), 1, "{id}");
+        assert_eq!(p.instructions_role, Role::System);
+        check_tool_pairs(id, &p.history);
+        let calls = |h: &[Message]| {
+            h.iter()
+                .flat_map(|m| m.tool_calls.iter().map(|c| (c.id.clone(), c.name.clone())))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(calls(&p.history), calls(&c.history), "{id}");
+        let texts = |h: &[Message]| {
+            h.iter()
+                .map(Message::content_text)
+                .filter(|t| !t.is_empty())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(texts(&p.history), texts(&c.history), "{id}");
+        let roles = |h: &[Message]| h.iter().map(|m| m.role).collect::<Vec<_>>();
+        assert_eq!(roles(&p.history), roles(&c.history), "{id}");
     }
 }
 

@@ -9,6 +9,11 @@ Wrap every model call in two calls to the daemon::
         reply = openai_client.chat.completions.create(**out["request"])
         result = memory.report("conv-1", reply.model_dump())
 
+Or give an OpenAI or Anthropic SDK client memory in one line (see `wrap`)::
+
+    client = recalld.wrap(openai.OpenAI(), memory="conv-1")
+    reply = client.chat.completions.create(model="gpt-4o", messages=history)
+
 Requests and replies are plain dicts. `AsyncClient` is the same API for asyncio. Every failure
 is a `RecalldError` with a stable `.code`; a failed socket is `RecalldConnectionError`.
 """
@@ -17,6 +22,7 @@ from . import _native
 from ._args import default_socket, to_unix_seconds
 from ._async import AsyncClient
 from ._client import Client
+from ._wrap import Options, wrap
 from ._errors import (
     ERROR_CODES,
     ConflictError,
@@ -39,6 +45,8 @@ __all__ = [
     "PROTOCOL_VERSION",
     "Client",
     "AsyncClient",
+    "wrap",
+    "Options",
     "default_socket",
     "to_unix_seconds",
     "ERROR_CODES",

@@ -14,6 +14,7 @@ pub(super) struct NoteCosts {
     pub(super) ask: u64,
     pub(super) tool_chat: u64,
     pub(super) tool_responses: u64,
+    pub(super) tool_messages: u64,
 }
 
 impl NoteCosts {
@@ -23,6 +24,7 @@ impl NoteCosts {
             ask: tokens::text_tokens(&blocks::note_ask(1, 1, tool)) as u64 + 4,
             tool_chat: count(Format::ChatCompletions),
             tool_responses: count(Format::Responses),
+            tool_messages: count(Format::AnthropicMessages),
         }
     }
 }
@@ -48,6 +50,7 @@ impl Engine {
         fixed += match parsed.format {
             Format::ChatCompletions => self.note_costs.tool_chat,
             Format::Responses => self.note_costs.tool_responses,
+            Format::AnthropicMessages => self.note_costs.tool_messages,
         };
         let fixed = tokens::corrected(fixed, ratio);
         let history: Vec<&StoredMessage> = st.history().collect();

@@ -1,5 +1,6 @@
-//! Formats: the only place that knows provider JSON. Translates OpenAI Chat Completions and
-//! OpenAI Responses requests and replies to the neutral [`Message`] type and back.
+//! Formats: the only place that knows provider JSON. Translates OpenAI Chat Completions,
+//! OpenAI Responses and Anthropic Messages requests and replies to the neutral [`Message`] type
+//! and back.
 //!
 //! Invariants:
 //! - every provider message or item becomes exactly one [`Message`], whose `raw` is the JSON
@@ -10,6 +11,7 @@
 //! - nothing here panics on any JSON input: bad shapes are [`FormatError`]s that say where.
 
 mod chat;
+mod messages;
 mod note;
 mod request;
 mod response;
@@ -23,7 +25,7 @@ pub use note::{note_arguments, note_tool, NoteFact};
 pub use request::{parse_request, render_request, ParsedRequest};
 pub use response::{parse_response, remove_tool_calls, ParsedResponse, Usage};
 
-/// A provider API shape. Anthropic Messages may join later.
+/// A provider API shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Format {
@@ -31,6 +33,8 @@ pub enum Format {
     ChatCompletions,
     /// OpenAI Responses (`input`, `instructions`, `response`).
     Responses,
+    /// Anthropic Messages (`system`, `messages` of content blocks, `message`).
+    AnthropicMessages,
 }
 
 /// Who a message is from.
@@ -130,6 +134,7 @@ impl Message {
             Format::Responses => {
                 serde_json::json!({"type": "message", "role": role.as_str(), "content": text})
             }
+            Format::AnthropicMessages => messages::text_message(role, &text),
         };
         Message {
             role,
@@ -168,6 +173,7 @@ impl Message {
             Format::Responses => serde_json::json!({
                 "type": "function_call_output", "call_id": call_id, "output": text
             }),
+            Format::AnthropicMessages => messages::tool_output(&call_id, &text),
         };
         Message {
             role: Role::Tool,
@@ -191,6 +197,7 @@ impl Message {
             .filter_map(|raw| match format {
                 Format::ChatCompletions => chat::parse_message(&raw, "").ok(),
                 Format::Responses => responses::parse_item(&raw, "").ok(),
+                Format::AnthropicMessages => messages::parse_message(&raw, "").ok(),
             })
             .collect()
     }
@@ -200,6 +207,7 @@ impl Message {
         match self.format {
             Format::ChatCompletions => chat::content_text(&self.raw),
             Format::Responses => responses::content_text(&self.raw),
+            Format::AnthropicMessages => messages::content_text(&self.raw),
         }
     }
 
@@ -224,6 +232,17 @@ impl Message {
                 } else {
                     Some(msg)
                 }
+            }
+            Format::AnthropicMessages => {
+                let mut raw = self.raw.clone();
+                messages::drop_calls(&mut raw, name);
+                let msg = messages::parse_message(&raw, "").ok()?;
+                let has_content = match raw.get("content") {
+                    Some(Value::Array(a)) => !a.is_empty(),
+                    Some(Value::String(s)) => !s.is_empty(),
+                    _ => false,
+                };
+                has_content.then_some(msg)
             }
         }
     }
@@ -251,6 +270,7 @@ impl Message {
                 let parts = match self.format {
                     Format::ChatCompletions => chat::content_parts(&self.raw),
                     Format::Responses => responses::content_parts(&self.raw),
+                    Format::AnthropicMessages => messages::content_parts(&self.raw),
                 };
                 for part in parts {
                     match part {

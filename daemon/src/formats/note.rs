@@ -33,7 +33,8 @@ fact held (else null).";
 
 /// The function tool definition for the note tool named `name`, in `format` (Chat:
 /// `{"type":"function","function":{name, description, parameters, strict}}`; Responses:
-/// `{"type":"function", name, description, parameters, strict}`). Strict mode holds: every
+/// `{"type":"function", name, description, parameters, strict}`; Anthropic Messages:
+/// `{name, description, input_schema}`). Strict mode holds: every
 /// property required, no additional properties.
 pub fn note_tool(format: Format, name: &str) -> Value {
     let parameters = json!({
@@ -71,6 +72,7 @@ pub fn note_tool(format: Format, name: &str) -> Value {
             "type": "function", "name": name, "description": DESCRIPTION,
             "parameters": parameters, "strict": true
         }),
+        Format::AnthropicMessages => json!({"name": name, "description": DESCRIPTION, "input_schema": parameters}),
     }
 }
 

@@ -2,7 +2,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{chat, responses, wrong, Format, FormatError, Kind, Message, Role};
+use super::{chat, messages, responses, wrong, Format, FormatError, Kind, Message, Role};
 
 /// A provider request taken apart.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,6 +36,9 @@ pub struct ParsedRequest {
 pub fn parse_request(v: &Value) -> Result<ParsedRequest, FormatError> {
     let obj = v.as_object().ok_or_else(|| wrong("request", "an object", v))?;
     let model = obj.get("model").and_then(Value::as_str).map(str::to_string);
+    if obj.contains_key("messages") && messages::is_messages_request(obj) {
+        return parse_messages_request(obj, model);
+    }
     if obj.contains_key("messages") {
         let items = match &obj["messages"] {
             Value::Array(a) => a,
@@ -128,6 +131,32 @@ pub fn parse_request(v: &Value) -> Result<ParsedRequest, FormatError> {
     })
 }
 
+/// An Anthropic Messages request: `system` is the one instruction, every message is history.
+fn parse_messages_request(obj: &Map<String, Value>, model: Option<String>) -> Result<ParsedRequest, FormatError> {
+    let items = match &obj["messages"] {
+        Value::Array(a) => a,
+        other => return Err(wrong("messages", "an array", other)),
+    };
+    let mut history = Vec::with_capacity(items.len());
+    for (i, m) in items.iter().enumerate() {
+        history.push(messages::parse_message(m, &format!("messages[{i}]"))?);
+    }
+    let instructions = match obj.get("system") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(v) => vec![messages::system_instruction(v)?],
+    };
+    Ok(ParsedRequest {
+        format: Format::AnthropicMessages,
+        instructions,
+        history,
+        instructions_role: Role::System,
+        provider_history: None,
+        max_output_tokens: obj.get("max_tokens").and_then(Value::as_u64),
+        model,
+        rest: without(obj, &["messages", "system"]),
+    })
+}
+
 fn leading_instructions(all: &[Message]) -> usize {
     all.iter()
         .take_while(|m| m.kind == Kind::Message && matches!(m.role, Role::System | Role::Developer))
@@ -168,6 +197,7 @@ pub fn render_request(
             let all: Vec<&Message> = instructions.iter().chain(messages).collect();
             out.insert("messages".into(), Value::Array(render_chat(&all)));
         }
+        Format::AnthropicMessages => messages::render(instructions, messages, &mut out),
         Format::Responses => {
             let mut fields = Vec::new();
             let mut input: Vec<&Message> = Vec::new();
@@ -276,6 +306,7 @@ pub(crate) fn convert(m: &Message, to: Format) -> Vec<Value> {
     let text = m.content_text();
     let images = if m.role == Role::User { images_of(m) } else { Vec::new() };
     match to {
+        Format::AnthropicMessages => messages::convert(m, images),
         Format::ChatCompletions => match m.role {
             Role::Tool => vec![json!({
                 "role": "tool",

@@ -1,9 +1,9 @@
 //! Replies: `chat.completion` and Responses `response` objects, and taking tool calls out.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use super::{chat, responses, wrong, Format, FormatError, Kind, Message, ToolCall};
+use super::{chat, messages, responses, wrong, Format, FormatError, Kind, Message, ToolCall};
 
 /// The provider's token counts for one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,6 +41,7 @@ impl ParsedResponse {
 enum Shape {
     Chat,
     Responses,
+    Messages,
 }
 
 fn shape(v: &Value) -> Result<Shape, FormatError> {
@@ -54,6 +55,19 @@ fn shape(v: &Value) -> Result<Shape, FormatError> {
                 message: format!("{other:?} is a stream event: report the assembled reply"),
             })
         }
+        _ if obj.get("type").and_then(Value::as_str) == Some("message") && obj.contains_key("content") => {
+            Ok(Shape::Messages)
+        }
+        _ if matches!(
+            obj.get("type").and_then(Value::as_str),
+            Some("message_start" | "content_block_delta")
+        ) =>
+        {
+            Err(FormatError::Invalid {
+                at: "response.type".into(),
+                message: "a stream event: report the assembled message".into(),
+            })
+        }
         _ if obj.contains_key("choices") => Ok(Shape::Chat),
         _ if obj.contains_key("output") => Ok(Shape::Responses),
         _ => Err(FormatError::Invalid {
@@ -63,8 +77,8 @@ fn shape(v: &Value) -> Result<Shape, FormatError> {
     }
 }
 
-/// Reads a reply: a `chat.completion` (its `choices[0].message`) or a Responses `response`
-/// (its `output` items).
+/// Reads a reply: a `chat.completion` (its `choices[0].message`), a Responses `response`
+/// (its `output` items) or an Anthropic `message` (one assistant message of its `content`).
 pub fn parse_response(v: &Value) -> Result<ParsedResponse, FormatError> {
     let model = v.get("model").and_then(Value::as_str).map(str::to_string);
     let usage_of = |a: &str, b: &str| {
@@ -96,6 +110,25 @@ pub fn parse_response(v: &Value) -> Result<ParsedResponse, FormatError> {
                 format: Format::ChatCompletions,
                 messages,
                 usage: usage_of("prompt_tokens", "completion_tokens"),
+                model,
+            })
+        }
+        Shape::Messages => {
+            let msg = json!({"role": "assistant", "content": v.get("content").cloned().unwrap_or(Value::Null)});
+            // Anthropic counts cached input apart from `input_tokens`: the prompt is their sum.
+            let usage = v.get("usage").and_then(|u| {
+                let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+                Some(Usage {
+                    prompt_tokens: u.get("input_tokens")?.as_u64()?
+                        + n("cache_creation_input_tokens")
+                        + n("cache_read_input_tokens"),
+                    completion_tokens: n("output_tokens"),
+                })
+            });
+            Ok(ParsedResponse {
+                format: Format::AnthropicMessages,
+                messages: vec![messages::parse_message(&msg, "content")?],
+                usage,
                 model,
             })
         }
@@ -148,6 +181,17 @@ pub fn remove_tool_calls(v: &Value, name: &str) -> (Value, Vec<ToolCall>) {
                         }
                     }
                 }
+            }
+        }
+        Ok(Shape::Messages) => {
+            removed = messages::drop_calls(&mut out, name);
+            let calls_left = out["content"].as_array().is_some_and(|bs| {
+                bs.iter()
+                    .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
+            });
+            if !removed.is_empty() && !calls_left && out.get("stop_reason").and_then(Value::as_str) == Some("tool_use")
+            {
+                out["stop_reason"] = json!("end_turn");
             }
         }
         Ok(Shape::Responses) => {

@@ -117,6 +117,7 @@ fn hello(state: &AppState, a: HelloArgs) -> Result<Value, ErrorBody> {
             .iter()
             .map(|s| s.to_string())
             .chain(["format:chat_completions".into(), "format:responses".into()])
+            .chain(["format:anthropic_messages".into()])
             .collect(),
     })
 }
