@@ -74,13 +74,17 @@ enum Command {
         #[command(flatten)]
         at: Where,
     },
-    /// Print everything stored for a memory, as JSON.
+    /// Print everything stored for a memory, as JSON (or MessagePack with --msgpack).
     Export {
         memory: String,
+        /// Write MessagePack: every float bit-exact through a file (JSON text is read back
+        /// by a parser that may round the last bit).
+        #[arg(long)]
+        msgpack: bool,
         #[command(flatten)]
         at: Where,
     },
-    /// Create MEMORY from an export (a JSON file, or - for stdin).
+    /// Create MEMORY from an export (a JSON or MessagePack file, or - for stdin).
     Import {
         memory: String,
         file: PathBuf,
@@ -188,17 +192,16 @@ fn main() -> ExitCode {
                 op(&at, "metrics", json!({"format": "prometheus"}), true)
             }
         }
-        Command::Export { memory, at } => op(&at, "export", json!({ "memory": memory }), false),
+        Command::Export { memory, msgpack: false, at } => op(&at, "export", json!({ "memory": memory }), false),
+        Command::Export { memory, msgpack: true, at } => export_msgpack(&at, &memory),
         Command::Import { memory, file, at } => {
-            let text = if file.as_os_str() == "-" {
-                let mut s = String::new();
-                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map(|_| s)
+            let bytes = if file.as_os_str() == "-" {
+                let mut b = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut b).map(|_| b)
             } else {
-                std::fs::read_to_string(&file)
+                std::fs::read(&file)
             };
-            let export: Value = match text.map_err(|e| e.to_string()).and_then(|t| {
-                serde_json::from_str(&t).map_err(|e| format!("not JSON: {e}"))
-            }) {
+            let export: Value = match bytes.map_err(|e| e.to_string()).and_then(|b| read_export(&b)) {
                 Ok(v) => v,
                 Err(e) => {
                     eprintln!("recalld: {}: {e}", file.display());
@@ -283,6 +286,33 @@ fn op(at: &Where, name: &str, args: Value, text: bool) -> Result<(), ExitCode> {
         Ok(v) => {
             println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             Ok(())
+        }
+        Err(recalld::client::ClientError::Server(e)) => {
+            eprintln!("{}", json!({"code": e.code.as_str(), "message": e.message}));
+            Err(ExitCode::FAILURE)
+        }
+        Err(e) => {
+            eprintln!("recalld: {}: {e}", s.socket.display());
+            Err(ExitCode::from(3))
+        }
+    }
+}
+
+/// An export file: JSON text (starts with `{`) or a MessagePack map.
+fn read_export(bytes: &[u8]) -> Result<Value, String> {
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}")),
+        _ => rmp_serde::from_slice(bytes).map_err(|e| format!("neither JSON nor MessagePack: {e}")),
+    }
+}
+
+fn export_msgpack(at: &Where, memory: &str) -> Result<(), ExitCode> {
+    use std::io::Write;
+    let s = at.settings()?;
+    match recalld::admin::call(&s.socket, "export", json!({ "memory": memory })) {
+        Ok(v) => {
+            let bytes = rmp_serde::to_vec_named(&v).expect("a JSON value always encodes");
+            std::io::stdout().write_all(&bytes).map_err(|_| ExitCode::FAILURE)
         }
         Err(recalld::client::ClientError::Server(e)) => {
             eprintln!("{}", json!({"code": e.code.as_str(), "message": e.message}));

@@ -15,6 +15,8 @@ pub struct Convo {
     pub ceiling: u64,
     /// The current turn's user message was sent but not yet answered.
     pub pending_user: bool,
+    /// Replies carry a note call every this many turns.
+    pub note_every: u64,
 }
 
 impl Convo {
@@ -26,6 +28,7 @@ impl Convo {
             now: 1_700_000_000.0,
             ceiling: 4000,
             pending_user: false,
+            note_every: 1,
         }
     }
 
@@ -58,9 +61,25 @@ impl Convo {
         Ok(r)
     }
 
-    /// The model's reply to the current turn: text plus a note call with one fact.
+    /// Whether turn `n`'s reply carries a note call.
+    pub fn notes_on(&self, n: u64) -> bool {
+        n % self.note_every == 0
+    }
+
+    /// The model's reply to the current turn: text, plus a note call with one fact on the
+    /// turns that have one.
     pub fn reply(&self) -> Value {
         let n = self.turn;
+        if !self.notes_on(n) {
+            return json!({
+                "id": format!("chatcmpl-{}-{n}", self.memory),
+                "object": "chat.completion",
+                "model": "gpt-4o",
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                    "role": "assistant", "content": format!("Noted turn {n} for {}.", self.memory)}}],
+                "usage": {"prompt_tokens": 900, "completion_tokens": 40, "total_tokens": 940},
+            });
+        }
         let note = json!({"notes": [{
             "note": format!("{} fact {n}: crate version {n}.{}", self.memory, n * 7 % 13),
             "subject": format!("crate-{}", n % 5),
