@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 export RECALLD_MODEL_DIR ?= $(MODEL_DIR)
 export RECALLD_BENCH_DIR ?= $(abspath $(REPO)/../shared/bench)
 
-.PHONY: run test model build build-release test-rust test-python test-ts test-e2e venv py-client ts-client bench bench-engine sdk-py
+.PHONY: run test model build build-release test-rust test-python test-ts test-e2e venv py-client ts-client bench bench-engine sdk-py bench-kill
 
 run: model build-release
 	./target/release/recalld serve
@@ -66,3 +66,8 @@ bench: model build-release py-client ts-client
 # Engine latency (decorate/report) at 1k, 10k and 100k stored messages.
 bench-engine: model build-release
 	cargo run --release -p recalld --example engine_bench
+
+# Crash proof at scale: the kill -9 loop test with 1,000 kills (the suite runs 50).
+KILLS ?= 1000
+bench-kill: model
+	RECALLD_KILLS=$(KILLS) cargo test --release -p recalld --test kill_loop -- --nocapture

@@ -211,7 +211,10 @@ fn note_message(info: &Value, id: &str) -> Value {
 
 /// Lane depth and what the lane has done so far (from `stats`).
 fn lane_line(c: &mut Client) -> String {
-    let s = c.call("stats", json!({})).unwrap();
+    let mut s = c.call("stats", json!({})).unwrap();
+    if let Some(l) = s["lanes"].as_object_mut() {
+        l.remove("memories"); // one entry per memory with work: too long to print
+    }
     format!("jobs pending {}; lanes {}", s["jobs_pending"], s["lanes"])
 }
 

@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use crate::engine::EngineConfig;
 use crate::models::ModelsConfig;
+use crate::server::peer::PeersConfig;
 
 /// What a TOML config file may contain. Every key is optional.
 #[derive(Debug, Default, Deserialize)]
@@ -32,6 +33,9 @@ pub struct FileConfig {
     pub engine: EngineConfig,
     #[serde(default)]
     pub models: ModelsConfig,
+    /// Peer credentials: one namespace of memories per uid, and who may share an agent's.
+    #[serde(default)]
+    pub peers: PeersConfig,
 }
 
 /// Overrides from the command line (flags win over everything).
@@ -68,6 +72,7 @@ pub struct Settings {
     pub map_size: usize,
     pub engine: EngineConfig,
     pub models: ModelsConfig,
+    pub peers: PeersConfig,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -137,6 +142,7 @@ impl Settings {
             map_size: file.map_size.unwrap_or(1 << 30),
             engine: file.engine,
             models: file.models,
+            peers: file.peers,
         })
     }
 }

@@ -4,6 +4,7 @@
 //! mechanism) → `store` (LMDB, the source of truth); `formats` translates provider JSON and
 //! `models` holds the embedder and the judge. `main.rs` only parses flags and calls [`run`].
 
+pub mod admin;
 pub mod client;
 pub mod config;
 pub mod engine;
@@ -12,6 +13,7 @@ pub mod lanes;
 pub mod models;
 pub mod server;
 pub mod store;
+pub mod units;
 
 use std::sync::Arc;
 
@@ -25,11 +27,14 @@ pub enum StartError {
     Bind(#[from] server::BindError),
     #[error(transparent)]
     Models(#[from] models::ModelError),
+    #[error(transparent)]
+    Peers(#[from] server::peer::PeerError),
 }
 
 /// Opens the store, binds the socket and serves until `stop` resolves; then finishes in-flight
 /// requests, flushes and returns.
 pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>) -> Result<(), StartError> {
+    let namespaces = server::peer::Namespaces::resolve(&settings.peers)?;
     let store = Arc::new(store::Store::open(
         &settings.data_dir,
         &store::StoreOptions {
@@ -59,13 +64,16 @@ pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>
     );
     server::notify_ready();
     let lanes = lanes::Lanes::start(engine.clone(), settings.engine.lane_workers);
-    let state = Arc::new(server::AppState::new(engine, &settings));
+    let mut state = server::AppState::new(engine, &settings);
+    state.namespaces = namespaces;
+    let state = Arc::new(state);
     let (trigger, shutdown) = server::shutdown::channel();
     let serving = server::serve(listener, state, shutdown);
     tokio::pin!(serving);
     tokio::select! {
         _ = &mut serving => {}
         _ = stop => {
+            server::notify_stopping();
             trigger.fire();
             serving.await;
         }

@@ -3,8 +3,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use recalld::config::{Overrides, ProcessEnv, Settings};
+use serde_json::{json, Value};
 
 #[derive(Parser)]
 #[command(name = "recalld", version, about = "A memory sidecar for LLM agents")]
@@ -35,43 +36,112 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Write the systemd unit and socket files (ExecStart names this binary) and print the
+    /// commands that enable them.
+    InstallUnits {
+        /// Units for `systemctl --user` (default: system-wide units).
+        #[arg(long)]
+        user: bool,
+        /// Directory to write to (default /etc/systemd/system, or ~/.config/systemd/user).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// The binary ExecStart runs (default: this one).
+        #[arg(long)]
+        bin: Option<PathBuf>,
+    },
+    /// Copy the store to a new directory PATH: consistent and compacted, while a daemon serves.
+    Backup {
+        path: PathBuf,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// Put a backup in place of the store (stop the daemon first; the old file is kept aside).
+    Restore {
+        path: PathBuf,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// Remove a memory and everything derived from it; prints what was removed.
+    Forget {
+        memory: String,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// Print the daemon's metrics (Prometheus text, or JSON with --json).
+    Metrics {
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// Print everything stored for a memory, as JSON (or MessagePack with --msgpack).
+    Export {
+        memory: String,
+        /// Write MessagePack: every float bit-exact through a file (JSON text is read back
+        /// by a parser that may round the last bit).
+        #[arg(long)]
+        msgpack: bool,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// Create MEMORY from an export (a JSON or MessagePack file, or - for stdin).
+    Import {
+        memory: String,
+        file: PathBuf,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// Send any op with JSON arguments and print the reply (for scripts and debugging).
+    Call {
+        op: String,
+        /// The op's arguments as a JSON object.
+        #[arg(default_value = "{}")]
+        args: String,
+        #[command(flatten)]
+        at: Where,
+    },
+}
+
+/// Which daemon or store a command means (the same resolution as `serve`).
+#[derive(Args)]
+struct Where {
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    #[arg(long)]
+    data: Option<PathBuf>,
+}
+
+impl Where {
+    fn settings(&self) -> Result<Settings, ExitCode> {
+        let over = Overrides {
+            config: self.config.clone(),
+            socket: self.socket.clone(),
+            data: self.data.clone(),
+            log: None,
+        };
+        Settings::resolve(&over, &ProcessEnv).map_err(|e| {
+            eprintln!("recalld: {e}");
+            ExitCode::from(2)
+        })
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    let result = match cli.command {
         Command::Serve {
             config,
             socket,
             data,
             log,
-        } => {
-            let over = Overrides {
-                config,
-                socket,
-                data,
-                log,
-            };
-            let settings = match Settings::resolve(&over, &ProcessEnv) {
-                Ok(s) => s,
-                Err(e) => {
-                    eprintln!("recalld: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            init_logging(&settings.log);
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .expect("tokio runtime");
-            match runtime.block_on(recalld::run(settings, recalld::server::shutdown::signals())) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("recalld: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        } => serve(Overrides {
+            config,
+            socket,
+            data,
+            log,
+        }),
         Command::Config { config } => {
             let over = Overrides {
                 config,
@@ -80,13 +150,190 @@ fn main() -> ExitCode {
             match Settings::resolve(&over, &ProcessEnv) {
                 Ok(s) => {
                     println!("{s:#?}");
-                    ExitCode::SUCCESS
+                    Ok(())
                 }
                 Err(e) => {
                     eprintln!("recalld: {e}");
-                    ExitCode::from(2)
+                    Err(ExitCode::from(2))
                 }
             }
+        }
+        Command::InstallUnits { user, dir, bin } => install_units(user, dir, bin),
+        Command::Backup { path, at } => {
+            let s = match at.settings() {
+                Ok(s) => s,
+                Err(code) => return code,
+            };
+            report(recalld::store::backup::backup_dir(&s.data_dir, &path).map(|i| {
+                json!({"backup": i.path, "bytes": i.bytes, "memories": i.memories, "schema_version": i.schema_version})
+            }))
+        }
+        Command::Restore { path, at } => {
+            let s = match at.settings() {
+                Ok(s) => s,
+                Err(code) => return code,
+            };
+            if recalld::admin::is_serving(&s.socket) {
+                eprintln!(
+                    "recalld: a daemon is serving {}; stop it before restoring",
+                    s.socket.display()
+                );
+                return ExitCode::FAILURE;
+            }
+            report(recalld::store::backup::restore_dir(&path, &s.data_dir).map(|(i, kept)| {
+                json!({"restored": s.data_dir, "from": i.path, "memories": i.memories, "replaced_file_kept_at": kept})
+            }))
+        }
+        Command::Forget { memory, at } => op(&at, "forget_memory", json!({ "memory": memory }), false),
+        Command::Metrics { json, at } => {
+            if json {
+                op(&at, "metrics", json!({}), false)
+            } else {
+                op(&at, "metrics", json!({"format": "prometheus"}), true)
+            }
+        }
+        Command::Export { memory, msgpack: false, at } => op(&at, "export", json!({ "memory": memory }), false),
+        Command::Export { memory, msgpack: true, at } => export_msgpack(&at, &memory),
+        Command::Import { memory, file, at } => {
+            let bytes = if file.as_os_str() == "-" {
+                let mut b = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut b).map(|_| b)
+            } else {
+                std::fs::read(&file)
+            };
+            let export: Value = match bytes.map_err(|e| e.to_string()).and_then(|b| read_export(&b)) {
+                Ok(v) => v,
+                Err(e) => {
+                    eprintln!("recalld: {}: {e}", file.display());
+                    return ExitCode::from(2);
+                }
+            };
+            op(&at, "import", json!({ "memory": memory, "export": export }), false)
+        }
+        Command::Call { op: name, args, at } => match serde_json::from_str::<Value>(&args) {
+            Ok(args) => op(&at, &name, args, false),
+            Err(e) => {
+                eprintln!("recalld: arguments are not JSON: {e}");
+                Err(ExitCode::from(2))
+            }
+        },
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(code) => code,
+    }
+}
+
+fn serve(over: Overrides) -> Result<(), ExitCode> {
+    let settings = match Settings::resolve(&over, &ProcessEnv) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("recalld: {e}");
+            return Err(ExitCode::from(2));
+        }
+    };
+    init_logging(&settings.log);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime
+        .block_on(recalld::run(settings, recalld::server::shutdown::signals()))
+        .map_err(|e| {
+            eprintln!("recalld: {e}");
+            ExitCode::FAILURE
+        })
+}
+
+fn install_units(user: bool, dir: Option<PathBuf>, bin: Option<PathBuf>) -> Result<(), ExitCode> {
+    use recalld::units::{self, Scope};
+    let scope = if user { Scope::User } else { Scope::System };
+    let Some(dir) = dir.or_else(|| units::default_dir(scope)) else {
+        eprintln!("recalld: cannot tell where user units go: set HOME or pass --dir");
+        return Err(ExitCode::from(2));
+    };
+    let bin = match bin.map(Ok).unwrap_or_else(std::env::current_exe) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("recalld: cannot tell which binary this is ({e}); pass --bin");
+            return Err(ExitCode::from(2));
+        }
+    };
+    match units::install(scope, &dir, &bin) {
+        Ok(paths) => {
+            for p in paths {
+                println!("wrote {}", p.display());
+            }
+            println!("{}", units::next_steps(scope));
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!("recalld: cannot write units to {}: {e}", dir.display());
+            Err(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// Sends one op to the daemon; prints the reply as JSON (or its `text` when `text` is set).
+/// An error reply goes to stderr as `{code, message}` with exit status 1.
+fn op(at: &Where, name: &str, args: Value, text: bool) -> Result<(), ExitCode> {
+    let s = at.settings()?;
+    match recalld::admin::call(&s.socket, name, args) {
+        Ok(v) if text => {
+            print!("{}", v["text"].as_str().unwrap_or_default());
+            Ok(())
+        }
+        Ok(v) => {
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            Ok(())
+        }
+        Err(recalld::client::ClientError::Server(e)) => {
+            eprintln!("{}", json!({"code": e.code.as_str(), "message": e.message}));
+            Err(ExitCode::FAILURE)
+        }
+        Err(e) => {
+            eprintln!("recalld: {}: {e}", s.socket.display());
+            Err(ExitCode::from(3))
+        }
+    }
+}
+
+/// An export file: JSON text (starts with `{`) or a MessagePack map.
+fn read_export(bytes: &[u8]) -> Result<Value, String> {
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}")),
+        _ => rmp_serde::from_slice(bytes).map_err(|e| format!("neither JSON nor MessagePack: {e}")),
+    }
+}
+
+fn export_msgpack(at: &Where, memory: &str) -> Result<(), ExitCode> {
+    use std::io::Write;
+    let s = at.settings()?;
+    match recalld::admin::call(&s.socket, "export", json!({ "memory": memory })) {
+        Ok(v) => {
+            let bytes = rmp_serde::to_vec_named(&v).expect("a JSON value always encodes");
+            std::io::stdout().write_all(&bytes).map_err(|_| ExitCode::FAILURE)
+        }
+        Err(recalld::client::ClientError::Server(e)) => {
+            eprintln!("{}", json!({"code": e.code.as_str(), "message": e.message}));
+            Err(ExitCode::FAILURE)
+        }
+        Err(e) => {
+            eprintln!("recalld: {}: {e}", s.socket.display());
+            Err(ExitCode::from(3))
+        }
+    }
+}
+
+fn report<E: std::fmt::Display>(r: Result<Value, E>) -> Result<(), ExitCode> {
+    match r {
+        Ok(v) => {
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!("recalld: {e}");
+            Err(ExitCode::FAILURE)
         }
     }
 }

@@ -54,7 +54,7 @@ fn note(s: &Setup, memory: &str, facts: Vec<Value>, now: f64) {
     let call = json!({"id": format!("call-{now}"), "type": "function",
         "function": {"name": "note", "arguments": json!({"notes": facts}).to_string()}});
     let reply = json!({"id": "r", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0,
-        "finish_reason": "tool_calls", "message": {"role": "assistant", "content": "Noted.", "tool_calls": [call]}}]});
+        "finish_reason": "tool_calls", "message": {"role": "assistant", "content": format!("Noted at {now}."), "tool_calls": [call]}}]});
     s.engine
         .report(ReportArgs {
             memory: memory.into(),

@@ -57,14 +57,14 @@ pub fn decode_request(body: &[u8]) -> Result<Request, BadRequest> {
         id,
         error: ErrorBody::new(code, msg),
     };
-    let value: Value = rmp_serde::from_slice(body).map_err(|e| {
+    let decoded = crate::finite::decode(body).map_err(|e| {
         bad(
             0,
             ErrorCode::MalformedFrame,
             format!("body is not a messagepack map: {e}"),
         )
     })?;
-    let Value::Object(mut map) = value else {
+    let Value::Object(mut map) = decoded.value else {
         return Err(bad(0, ErrorCode::MalformedFrame, "body is not a map".into()));
     };
     let id = match map.get("id") {
@@ -83,6 +83,14 @@ pub fn decode_request(body: &[u8]) -> Result<Request, BadRequest> {
         Some(Value::Object(args)) => args,
         Some(_) => return Err(bad(id, ErrorCode::MalformedFrame, "args must be a map".into())),
     };
+    // JSON values cannot hold NaN or infinity; refuse rather than read them as absent.
+    if let Some((at, v)) = decoded.non_finite {
+        return Err(bad(
+            id,
+            ErrorCode::InvalidArgument,
+            format!("{at} must be a finite number, got {v}"),
+        ));
+    }
     Ok(Request { id, op, args })
 }
 
@@ -139,6 +147,33 @@ mod tests {
             let err = decode_request(&body).unwrap_err();
             assert_eq!(err.id, id);
             assert_eq!(err.error.code, ErrorCode::MalformedFrame);
+        }
+    }
+
+    #[test]
+    fn a_non_finite_number_is_an_invalid_argument_naming_the_field() {
+        #[derive(Serialize)]
+        struct Args {
+            memory: &'static str,
+            now: f64,
+        }
+        #[derive(Serialize)]
+        struct Body {
+            id: u64,
+            op: &'static str,
+            args: Args,
+        }
+        for now in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let body = rmp_serde::to_vec_named(&Body {
+                id: 5,
+                op: "decorate",
+                args: Args { memory: "m", now },
+            })
+            .unwrap();
+            let err = decode_request(&body).unwrap_err();
+            assert_eq!(err.id, 5);
+            assert_eq!(err.error.code, ErrorCode::InvalidArgument);
+            assert!(err.error.message.starts_with("args.now must be a finite number"), "{}", err.error.message);
         }
     }
 

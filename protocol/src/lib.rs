@@ -5,6 +5,7 @@
 
 pub mod envelope;
 pub mod error;
+mod finite;
 pub mod frame;
 pub mod ops;
 

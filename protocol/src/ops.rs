@@ -7,7 +7,18 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// Op names. `capabilities` in `hello` lists the ones a server serves.
-pub const OPS: &[&str] = &["hello", "ping", "health", "stats", "decorate", "report", "export"];
+pub const OPS: &[&str] = &[
+    "hello",
+    "ping",
+    "health",
+    "stats",
+    "decorate",
+    "report",
+    "export",
+    "forget_memory",
+    "metrics",
+    "import",
+];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HelloArgs {
@@ -102,4 +113,33 @@ pub struct ReportReply {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExportArgs {
     pub memory: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForgetMemoryArgs {
+    pub memory: String,
+}
+
+/// What `forget_memory` removed: entries per store table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForgetMemoryReply {
+    pub memory: String,
+    /// Table name → entries removed (tables that held none are left out).
+    pub removed: std::collections::BTreeMap<String, u64>,
+    pub total: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricsArgs {
+    /// `json` (default) or `prometheus` (the reply's `text` holds the exposition format).
+    #[serde(default)]
+    pub format: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImportArgs {
+    /// The memory to create; it must not exist.
+    pub memory: String,
+    /// What `export` returned (its own `memory` field is not used).
+    pub export: Value,
 }

@@ -98,6 +98,12 @@ impl Engine {
         };
         let lock = self.lock(memory);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+        // The memory may have been forgotten while the job judged: then nothing is applied
+        // (saving would bring it back).
+        let job_key = keys::seq(memory, job.n);
+        if !self.store.read(|r| Ok(r.get::<serde::de::IgnoredAny>(Table::Jobs, &job_key)?.is_some()))? {
+            return Ok(true);
+        }
         let mut st = self.take_state(memory, 0.0)?;
         match judged {
             Judged::Traces(traces) => {
@@ -214,8 +220,9 @@ impl Engine {
         }
     }
 
-    /// Embeds again, with the current model, up to [`REEMBED_BATCH`] of the memory's stored
-    /// vectors that another model made. Reads the store; holds no lock.
+    /// Embeds, with the current model, up to [`REEMBED_BATCH`] of the memory's facts and
+    /// entities whose stored vector another model made, or that have none (an imported
+    /// memory). Reads the store; holds no lock.
     #[allow(clippy::type_complexity)]
     fn reembed(
         &self,
@@ -225,33 +232,33 @@ impl Engine {
         let model = models.embedder.id().name;
         let mut stale: Vec<(VectorKind, u64, String)> = Vec::new();
         let mut more = false;
+        let current = |r: &crate::store::Reader<'_>, kind: VectorKind, n: u64| -> Result<bool, crate::store::StoreError> {
+            let v: Option<VectorRecord> = r.get(Table::Vectors, &keys::seq2(memory, kind as u64, n))?;
+            Ok(v.is_some_and(|v| v.model == model))
+        };
+        let prefix = keys::memory_prefix(memory);
         self.store
             .read(|r| {
-                for kind in [VectorKind::Fact, VectorKind::Entity] {
-                    let prefix = keys::seq2_prefix(memory, kind as u64);
-                    let mut found = Vec::new();
-                    r.visit(Table::Vectors, &prefix, &prefix, |k, v: VectorRecord| {
-                        if v.model != model {
-                            found.push(u64::from_be_bytes(k[k.len() - 8..].try_into().expect("8-byte suffix")));
-                        }
-                        Ok(stale.len() + found.len() <= REEMBED_BATCH)
-                    })?;
-                    for n in found {
+                r.visit(Table::Facts, &prefix, &prefix, |_, f: Fact| {
+                    if !current(r, VectorKind::Fact, f.n)? {
                         if stale.len() == REEMBED_BATCH {
                             more = true;
-                            break;
+                            return Ok(false);
                         }
-                        let text = match kind {
-                            VectorKind::Fact => r.get::<Fact>(Table::Facts, &keys::seq(memory, n))?.map(|f| f.note),
-                            VectorKind::Entity => r
-                                .get::<super::records::Entity>(Table::Entities, &keys::seq(memory, n))?
-                                .map(|e| e.name),
-                        };
-                        if let Some(t) = text {
-                            stale.push((kind, n, t));
-                        }
+                        stale.push((VectorKind::Fact, f.n, f.note));
                     }
-                }
+                    Ok(true)
+                })?;
+                r.visit(Table::Entities, &prefix, &prefix, |_, e: super::records::Entity| {
+                    if !current(r, VectorKind::Entity, e.n)? {
+                        if stale.len() == REEMBED_BATCH {
+                            more = true;
+                            return Ok(false);
+                        }
+                        stale.push((VectorKind::Entity, e.n, e.name));
+                    }
+                    Ok(true)
+                })?;
                 Ok(())
             })
             .map_err(|e| e.to_string())?;

@@ -13,10 +13,13 @@ mod budget;
 mod cut;
 mod fade;
 pub mod graph;
+mod import;
 mod ingest;
 mod jobs;
 mod notes;
+mod pairing;
 pub mod records;
+mod retry;
 mod state;
 mod tokens;
 mod units;
@@ -79,6 +82,8 @@ pub enum EngineError {
     InvalidArgument(String),
     #[error("{0}")]
     NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
     #[error("request: {0}")]
     Format(#[from] FormatError),
     #[error("store: {0}")]
@@ -91,6 +96,7 @@ impl EngineError {
         match self {
             EngineError::InvalidArgument(m) => ErrorBody::new(ErrorCode::InvalidArgument, m.clone()),
             EngineError::NotFound(m) => ErrorBody::new(ErrorCode::NotFound, m.clone()),
+            EngineError::Conflict(m) => ErrorBody::new(ErrorCode::Conflict, m.clone()),
             EngineError::Format(e) => ErrorBody::new(ErrorCode::InvalidArgument, e.to_string()),
             EngineError::Store(e) => {
                 tracing::error!(error = %e, "store failure");
@@ -247,6 +253,8 @@ impl Engine {
         let previous_user_at = st.memory.last_user_at;
         let (stored_seqs, stored_fp): (Vec<u64>, Vec<u64>) = st.history().map(|m| (m.seq, m.fingerprint)).unzip();
         let plan = ingest::plan(st.existed, &stored_fp, &incoming, args.history);
+        let kept = plan.supersede_from.unwrap_or(stored_seqs.len());
+        pairing::check_tool_outputs(st.history().take(kept), &plan.new, &parsed)?;
         if let Some(from) = plan.supersede_from {
             for &seq in &stored_seqs[from..] {
                 st.message_mut(seq).superseded_at = Some(now);
@@ -355,6 +363,13 @@ impl Engine {
         let mut st = self.take_state(&args.memory, now)?;
         let tool = self.config.note_tool.clone();
         let (response, removed) = formats::remove_tool_calls(&args.response, &tool);
+        let kept: Vec<_> = parsed.messages.iter().filter_map(|m| m.without_tool_calls(&tool)).collect();
+        if retry::already_reported(&st.messages, &kept) {
+            tracing::debug!(memory = %args.memory, "report retried; already stored");
+            let again = retry::again(&response, &removed)?;
+            drop(st);
+            return Ok(ReportReply { response, again });
+        }
         let mut notes = Vec::new();
         for m in &parsed.messages {
             for c in m.tool_calls.iter().filter(|c| c.name == tool) {
@@ -393,9 +408,7 @@ impl Engine {
             st.push_job(JobKind::Cut, now);
         }
         st.memory.updated_at = now;
-        let reparsed = formats::parse_response(&response)?;
-        let again =
-            !removed.is_empty() && !reparsed.has_content() && reparsed.messages.iter().all(|m| m.tool_calls.is_empty());
+        let again = retry::again(&response, &removed)?;
         let queued = st.has_new_jobs();
         self.save_and_keep(st)?;
         if queued {
@@ -418,10 +431,31 @@ impl Engine {
             "traces": st.traces,
             "facts": st.facts,
             "entities": st.entities,
+            // Boundary scores of units not cut yet: they decide where the next cut falls.
+            "units": st.unit_scores.values().collect::<Vec<_>>(),
             "edges": st.facts.iter().filter_map(|f| Some(json!({
                 "fact": f.n, "subject": f.subject_entity?, "object": f.object_entity?,
             }))).collect::<Vec<_>>(),
+            "jobs": self.store.read(|r| r.scan::<records::Job>(crate::store::Table::Jobs, &crate::store::keys::memory_prefix(memory)))?,
         }))
+    }
+
+    /// forget_memory: removes the memory and every record stored under it (all per-memory
+    /// tables), in one transaction, under the memory's lock; returns what each table lost.
+    pub fn forget(&self, memory: &str) -> Result<Vec<(&'static str, u64)>, EngineError> {
+        let lock = self.lock(memory);
+        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+        {
+            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            cache.order.retain(|m| m != memory);
+            cache.states.remove(memory);
+        }
+        let removed = self.store.write(|w| w.delete_memory(memory))?;
+        if removed.is_empty() {
+            return Err(EngineError::NotFound(format!("no memory {memory:?}")));
+        }
+        tracing::info!(memory, ?removed, "memory forgotten");
+        Ok(removed)
     }
 
     pub fn stats(&self) -> Result<Value, EngineError> {
@@ -438,6 +472,7 @@ impl Engine {
             "messages": messages,
             "facts": facts,
             "store_bytes": self.store.size_bytes(),
+            "store_map_bytes": self.store.map_size(),
             "jobs_pending": self.pending_jobs()?.1,
             "lanes": self.lane_stats(None)?,
             "models": self.models.as_ref().map(Models::stats),

@@ -160,6 +160,7 @@ impl StoredMessage {
             "tokens": self.tokens,
             "superseded_at": self.superseded_at,
             "note": self.note,
+            "format": self.message.format,
             "message": self.message.raw,
         })
     }

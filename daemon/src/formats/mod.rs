@@ -25,6 +25,17 @@ pub use note::{note_arguments, note_tool, NoteFact};
 pub use request::{parse_request, render_request, ParsedRequest};
 pub use response::{parse_response, remove_tool_calls, ParsedResponse, Usage};
 
+/// Reads back one message as stored and exported (`raw` in its provider `format`): the same
+/// [`Message`] the request or reply parser made of it, so import restores it exactly.
+pub fn parse_stored(raw: &Value, format: Format, at: &str) -> Result<Message, FormatError> {
+    match (format, raw) {
+        (Format::Responses, Value::String(s)) => Ok(responses::string_input(s)),
+        (Format::Responses, _) => responses::parse_item(raw, at),
+        (Format::ChatCompletions, _) => chat::parse_message(raw, at),
+        (Format::AnthropicMessages, _) => messages::parse_message(raw, at),
+    }
+}
+
 /// A provider API shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
+use super::peer::Peer;
 use super::shutdown::Shutdown;
 use super::{dispatch, AppState, Counters};
 
@@ -23,9 +24,17 @@ pub async fn run(conn: u64, stream: UnixStream, state: Arc<AppState>, shutdown: 
     let span = tracing::info_span!("conn", id = conn);
     async move {
         Counters::bump(&state.counters.connections_total);
+        // Whose memories this connection may touch is fixed here, from the kernel's word.
+        let peer = match stream.peer_cred() {
+            Ok(cred) => Arc::new(state.namespaces.peer(cred.uid(), cred.gid(), cred.pid())),
+            Err(e) => {
+                tracing::warn!(error = %e, "no peer credentials; closing");
+                return;
+            }
+        };
+        tracing::debug!(uid = peer.uid, pid = ?peer.pid, "open");
         state.counters.connections_open.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!("open");
-        serve(stream, &state, shutdown).await;
+        serve(stream, &state, &peer, shutdown).await;
         state.counters.connections_open.fetch_sub(1, Ordering::Relaxed);
         tracing::debug!("closed");
     }
@@ -33,7 +42,7 @@ pub async fn run(conn: u64, stream: UnixStream, state: Arc<AppState>, shutdown: 
     .await
 }
 
-async fn serve(stream: UnixStream, state: &Arc<AppState>, mut shutdown: Shutdown) {
+async fn serve(stream: UnixStream, state: &Arc<AppState>, peer: &Arc<Peer>, mut shutdown: Shutdown) {
     let (mut rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel::<Reply>(state.max_in_flight);
     let writer = tokio::spawn(write_replies(wr, rx, state.max_frame_bytes));
@@ -74,9 +83,10 @@ async fn serve(stream: UnixStream, state: &Arc<AppState>, mut shutdown: Shutdown
                 _ = shutdown.wait() => break 'read,
             };
             let state = state.clone();
+            let peer = peer.clone();
             let tx = tx.clone();
             in_flight.spawn(async move {
-                let reply = dispatch::handle(&state, request, body.len()).await;
+                let reply = dispatch::handle(&state, &peer, request, body.len()).await;
                 let _ = tx.send(reply).await;
                 drop(permit);
             });

@@ -4,7 +4,11 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use recalld_protocol::ops::{DecorateArgs, ExportArgs, HelloArgs, HelloReply, Limits, ReportArgs, OPS};
+use recalld_protocol::ops::{
+    DecorateArgs, ExportArgs, ForgetMemoryArgs, ForgetMemoryReply, HelloArgs, HelloReply, ImportArgs, Limits,
+    MetricsArgs,
+    ReportArgs, OPS,
+};
 use recalld_protocol::{
     validate_memory_id, ErrorBody, ErrorCode, Reply, Request, MAX_MEMORY_ID_BYTES, MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
@@ -13,10 +17,11 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 use tracing::Instrument;
 
-use super::{AppState, Counters};
+use super::peer::Peer;
+use super::{metrics, AppState, Counters};
 use crate::engine::EngineError;
 
-pub async fn handle(state: &Arc<AppState>, request: Request, bytes: usize) -> Reply {
+pub async fn handle(state: &Arc<AppState>, peer: &Peer, request: Request, bytes: usize) -> Reply {
     let memory = request
         .args
         .get("memory")
@@ -29,8 +34,12 @@ pub async fn handle(state: &Arc<AppState>, request: Request, bytes: usize) -> Re
         let id = request.id;
         let op = request.op.clone();
         let started = std::time::Instant::now();
-        let result = run(state, request).await;
-        let micros = started.elapsed().as_micros() as u64;
+        let result = in_namespace(state, peer, request).await;
+        let elapsed = started.elapsed();
+        let micros = elapsed.as_micros() as u64;
+        state
+            .metrics
+            .observe(&op, elapsed.as_secs_f64(), result.as_ref().err().map(|e| e.code));
         match result {
             Ok(value) => {
                 tracing::debug!(micros, "ok");
@@ -50,7 +59,40 @@ pub async fn handle(state: &Arc<AppState>, request: Request, bytes: usize) -> Re
     .await
 }
 
-async fn run(state: &Arc<AppState>, request: Request) -> Result<Value, ErrorBody> {
+/// Runs the request inside the peer's namespace: the memory id it names is checked, then
+/// qualified for the engine; replies and errors name it as the caller did.
+async fn in_namespace(state: &Arc<AppState>, peer: &Peer, mut request: Request) -> Result<Value, ErrorBody> {
+    let named = match request.args.get("memory") {
+        Some(Value::String(m)) => {
+            memory_id(m)?;
+            Some(m.clone())
+        }
+        _ => None,
+    };
+    let Some(named) = named else {
+        return run(state, peer, request).await;
+    };
+    let qualified = peer.qualify(&named);
+    request.args.insert("memory".into(), Value::String(qualified.clone()));
+    match run(state, peer, request).await {
+        Ok(mut value) => {
+            // The engine names the memory in a few places (export's `memory`, the record's
+            // `id`, a receipt): give them back as the caller said them.
+            for at in ["/memory", "/record/id"] {
+                if let Some(v) = value.pointer_mut(at).filter(|v| v.as_str() == Some(qualified.as_str())) {
+                    *v = Value::String(named.clone());
+                }
+            }
+            Ok(value)
+        }
+        Err(mut err) => {
+            err.message = err.message.replace(&qualified, &named);
+            Err(err)
+        }
+    }
+}
+
+async fn run(state: &Arc<AppState>, peer: &Peer, request: Request) -> Result<Value, ErrorBody> {
     match request.op.as_str() {
         "hello" => hello(state, args(request.args)?),
         "ping" => Ok(json!({ "payload": request.args.get("payload").cloned().unwrap_or(Value::Null) })),
@@ -59,33 +101,92 @@ async fn run(state: &Arc<AppState>, request: Request) -> Result<Value, ErrorBody
             let engine = state.engine.clone();
             let mut stats = blocking(move || engine.stats()).await?;
             stats["server"] = server_stats(state);
+            own_memories_only(&mut stats, peer);
             Ok(stats)
         }
         "decorate" => {
             let a: DecorateArgs = args(request.args)?;
-            memory_id(&a.memory)?;
             let engine = state.engine.clone();
             let reply = blocking(move || engine.decorate(a)).await?;
             to_value(reply)
         }
         "report" => {
             let a: ReportArgs = args(request.args)?;
-            memory_id(&a.memory)?;
             let engine = state.engine.clone();
             let reply = blocking(move || engine.report(a)).await?;
             to_value(reply)
         }
         "export" => {
             let a: ExportArgs = args(request.args)?;
-            memory_id(&a.memory)?;
             let engine = state.engine.clone();
             blocking(move || engine.export(&a.memory)).await
+        }
+        "forget_memory" => {
+            let a: ForgetMemoryArgs = args(request.args)?;
+            let engine = state.engine.clone();
+            let memory = a.memory.clone();
+            let removed = blocking(move || engine.forget(&a.memory)).await?;
+            to_value(ForgetMemoryReply {
+                memory,
+                total: removed.iter().map(|(_, n)| n).sum(),
+                removed: removed.into_iter().map(|(t, n)| (t.to_string(), n)).collect(),
+            })
+        }
+        "import" => {
+            let a: ImportArgs = args(request.args)?;
+            let engine = state.engine.clone();
+            blocking(move || engine.import(&a.memory, &a.export)).await
+        }
+        "metrics" => {
+            let a: MetricsArgs = args(request.args)?;
+            let m = metrics_of(state).await?;
+            match a.format.as_deref() {
+                None | Some("json") => Ok(m),
+                Some("prometheus") => Ok(json!({ "text": metrics::prometheus(&m) })),
+                Some(other) => Err(ErrorBody::new(
+                    ErrorCode::InvalidArgument,
+                    format!("format must be json or prometheus, got {other:?}"),
+                )),
+            }
         }
         other => Err(ErrorBody::new(
             ErrorCode::UnknownOp,
             format!("unknown op {other:?}; known ops: {}", OPS.join(", ")),
         )),
     }
+}
+
+/// Request metrics plus the gauges the engine and the server know.
+async fn metrics_of(state: &Arc<AppState>) -> Result<Value, ErrorBody> {
+    let engine = state.engine.clone();
+    let stats = blocking(move || engine.stats()).await?;
+    let c = &state.counters;
+    let mut m = state.metrics.snapshot();
+    m["connections_open"] = json!(c.connections_open.load(Ordering::Relaxed));
+    m["connections_total"] = json!(c.connections_total.load(Ordering::Relaxed));
+    m["bad_frames_total"] = json!(c.bad_frames_total.load(Ordering::Relaxed));
+    m["uptime_seconds"] = json!(state.started.elapsed().as_secs_f64());
+    m["lane_jobs"] = stats["jobs_pending"].clone();
+    m["store_bytes"] = stats["store_bytes"].clone();
+    m["store_map_bytes"] = stats["store_map_bytes"].clone();
+    m["memories"] = stats["memories"].clone();
+    m["models"] = stats["models"]["total"].clone();
+    Ok(m)
+}
+
+/// `stats` lists model usage per memory: keep the caller's own, named as it names them.
+fn own_memories_only(stats: &mut Value, peer: &Peer) {
+    let Some(per_memory) = stats.pointer_mut("/models/memories").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let own = std::mem::take(per_memory)
+        .into_iter()
+        .filter_map(|(k, v)| match peer.namespace() {
+            Some(ns) => k.strip_prefix(ns).and_then(|r| r.strip_prefix('/')).map(|m| (m.to_owned(), v)),
+            None => Some((k, v)),
+        })
+        .collect();
+    *per_memory = own;
 }
 
 fn hello(state: &AppState, a: HelloArgs) -> Result<Value, ErrorBody> {

@@ -152,6 +152,16 @@ fn from_systemd() -> Result<Option<Listener>, BindError> {
 
 /// Tells systemd (Type=notify) that we are ready, when NOTIFY_SOCKET is set.
 pub fn notify_ready() {
+    notify(b"READY=1");
+}
+
+/// Tells systemd that we are stopping: no new connections, in-flight requests draining.
+pub fn notify_stopping() {
+    notify(b"STOPPING=1");
+}
+
+/// One datagram to $NOTIFY_SOCKET (a path, or `@name` for the abstract namespace).
+fn notify(state: &[u8]) {
     let Ok(addr) = std::env::var("NOTIFY_SOCKET") else {
         return;
     };
@@ -161,10 +171,9 @@ pub fn notify_ready() {
     };
     let sent = if let Some(name) = addr.strip_prefix('@') {
         use std::os::linux::net::SocketAddrExt;
-        std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
-            .and_then(|a| sock.send_to_addr(b"READY=1", &a))
+        std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).and_then(|a| sock.send_to_addr(state, &a))
     } else {
-        sock.send_to(b"READY=1", &addr)
+        sock.send_to(state, &addr)
     };
     if let Err(e) = sent {
         tracing::warn!(error = %e, "could not notify systemd");

@@ -7,6 +7,8 @@
 mod connection;
 mod dispatch;
 mod listener;
+pub mod metrics;
+pub mod peer;
 pub mod shutdown;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,7 +19,7 @@ use tokio::task::JoinSet;
 
 use crate::config::Settings;
 use crate::engine::Engine;
-pub use listener::{notify_ready, BindError, Listener};
+pub use listener::{notify_ready, notify_stopping, BindError, Listener};
 use shutdown::Shutdown;
 
 /// What every connection shares.
@@ -27,6 +29,9 @@ pub struct AppState {
     pub max_in_flight: usize,
     pub started: Instant,
     pub counters: Counters,
+    pub metrics: metrics::Metrics,
+    /// Which namespace of memories each connecting uid gets.
+    pub namespaces: peer::Namespaces,
 }
 
 #[derive(Default)]
@@ -52,6 +57,8 @@ impl AppState {
             max_in_flight: settings.max_in_flight,
             started: Instant::now(),
             counters: Counters::default(),
+            metrics: metrics::Metrics::default(),
+            namespaces: peer::Namespaces::default(),
         }
     }
 }

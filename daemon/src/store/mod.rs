@@ -6,6 +6,7 @@
 //! transaction; when the map is full the closure is run again on a grown map, so a write is
 //! never lost to MDB_MAP_FULL.
 
+pub mod backup;
 pub mod keys;
 
 use std::path::{Path, PathBuf};
@@ -67,7 +68,8 @@ impl Table {
         Table::Vectors,
     ];
 
-    fn name(self) -> &'static str {
+    /// The table's name in LMDB (and in receipts).
+    pub fn name(self) -> &'static str {
         match self {
             Table::Meta => "meta",
             Table::Memories => "memories",
@@ -85,12 +87,30 @@ impl Table {
         }
     }
 
+    /// How a memory's entries are keyed here: the memory's own key, every key under its
+    /// prefix, or none (store-wide). Tables added later are per-memory by prefix unless named
+    /// here, so `forget_memory` covers them without a change.
+    fn keyed_by_memory(self) -> MemoryKeying {
+        match self {
+            Table::Meta => MemoryKeying::None,
+            Table::Memories => MemoryKeying::Exact,
+            _ => MemoryKeying::Prefix,
+        }
+    }
+
     fn index(self) -> usize {
         Table::ALL
             .iter()
             .position(|t| *t == self)
             .expect("every table is in ALL")
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MemoryKeying {
+    None,
+    Exact,
+    Prefix,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -110,6 +130,8 @@ pub enum StoreError {
     Encode { table: &'static str, message: String },
     #[error("key of {len} bytes is out of lmdb's range (1 to 511)")]
     KeySize { len: usize },
+    #[error("{0}")]
+    Copy(String),
 }
 
 #[derive(Debug, Clone)]
@@ -364,6 +386,20 @@ impl Reader<'_> {
         scan_rev_in(self.txn, self.store.db(table), prefix, |k, v| f(k, decode(table, v)?))
     }
 
+    /// Entries that belong to `memory` in every table (its record included): what
+    /// `forget_memory` would remove.
+    pub fn memory_entries(&self, memory: &str) -> Result<u64, StoreError> {
+        let mut n = 0;
+        for table in Table::ALL {
+            n += match table.keyed_by_memory() {
+                MemoryKeying::None => 0,
+                MemoryKeying::Exact => u64::from(self.get::<serde::de::IgnoredAny>(table, &keys::memory(memory))?.is_some()),
+                MemoryKeying::Prefix => self.count(table, &keys::memory_prefix(memory))?,
+            };
+        }
+        Ok(n)
+    }
+
     /// Number of entries under `prefix`.
     pub fn count(&self, table: Table, prefix: &[u8]) -> Result<u64, StoreError> {
         let mut n = 0;
@@ -403,6 +439,38 @@ impl Writer<'_> {
         })?;
         self.txn.put(self.store.db(table), &key, &bytes, WriteFlags::empty())?;
         Ok(())
+    }
+
+    /// Deletes a memory: its record and every entry under its prefix in every per-memory
+    /// table. Returns how many entries each table lost (tables that lost none are left out).
+    /// Only for `forget_memory`, the hard delete a caller explicitly asks for.
+    pub fn delete_memory(&mut self, memory: &str) -> Result<Vec<(&'static str, u64)>, StoreError> {
+        let prefix = keys::memory_prefix(memory);
+        let mut removed = Vec::new();
+        for table in Table::ALL {
+            let n = match table.keyed_by_memory() {
+                MemoryKeying::None => 0,
+                MemoryKeying::Exact => u64::from(self.delete(table, &keys::memory(memory))?),
+                MemoryKeying::Prefix => self.delete_prefix(table, &prefix)?,
+            };
+            if n > 0 {
+                removed.push((table.name(), n));
+            }
+        }
+        Ok(removed)
+    }
+
+    fn delete_prefix(&mut self, table: Table, prefix: &[u8]) -> Result<u64, StoreError> {
+        let db = self.store.db(table);
+        let mut doomed: Vec<Vec<u8>> = Vec::new();
+        scan_in(&self.txn, db, prefix, prefix, |k, _| {
+            doomed.push(k.to_vec());
+            Ok(true)
+        })?;
+        for k in &doomed {
+            self.txn.del(db, k, None)?;
+        }
+        Ok(doomed.len() as u64)
     }
 
     /// Deletes one entry; only for hard deletes the caller was explicitly asked for.
@@ -491,6 +559,49 @@ mod tests {
             .read(|r| r.count(Table::Messages, &keys::memory_prefix("m")))
             .unwrap();
         assert_eq!(n, 400);
+    }
+
+    #[test]
+    fn delete_memory_removes_its_record_and_prefixes_in_every_table_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        let row = |n| Row { n, text: "x".into() };
+        store
+            .write(|w| {
+                for m in ["a", "ab"] {
+                    w.put(Table::Memories, &keys::memory(m), &row(0))?;
+                    for table in Table::ALL {
+                        if table.keyed_by_memory() == MemoryKeying::Prefix {
+                            for n in 0..3 {
+                                w.put(table, &keys::seq(m, n), &row(n))?;
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            })
+            .unwrap();
+        let removed = store.write(|w| w.delete_memory("a")).unwrap();
+        let prefixed = Table::ALL
+            .iter()
+            .filter(|t| t.keyed_by_memory() == MemoryKeying::Prefix)
+            .count();
+        assert_eq!(removed.len(), prefixed + 1, "{removed:?}");
+        assert!(removed.contains(&("memories", 1)));
+        assert!(removed.contains(&("messages", 3)));
+        store
+            .read(|r| {
+                for table in Table::ALL {
+                    if table.keyed_by_memory() == MemoryKeying::Prefix {
+                        assert_eq!(r.count(table, &keys::memory_prefix("a"))?, 0);
+                        assert_eq!(r.count(table, &keys::memory_prefix("ab"))?, 3, "a neighbour is kept");
+                    }
+                }
+                assert!(r.get::<Row>(Table::Memories, &keys::memory("ab"))?.is_some());
+                Ok(())
+            })
+            .unwrap();
+        assert!(store.write(|w| w.delete_memory("a")).unwrap().is_empty());
     }
 
     #[test]
