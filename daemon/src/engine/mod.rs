@@ -318,7 +318,7 @@ impl Engine {
             "sleep": sleep,
             "faded": faded,
             "cut": cut_report,
-            "lane": self.lane_stats(Some(&args.memory))?["memories"].get(0).cloned(),
+            "lane": self.store.read(|r| state::lane_depth(r, &args.memory))?,
             "dry_run": args.dry_run,
             "provider_history": parsed.provider_history,
             "ceiling": measure.budget.ceiling,

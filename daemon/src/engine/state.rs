@@ -356,6 +356,32 @@ pub struct ParkedJob {
     pub error: Option<String>,
 }
 
+/// One memory's lane without decoding every job (decorate reports it): the count, the oldest
+/// job's age, and parked jobs only when there are any failures at all.
+pub fn lane_depth(r: &Reader<'_>, memory: &str) -> Result<Option<LaneDepth>, StoreError> {
+    let prefix = keys::memory_prefix(memory);
+    let total = r.count(Table::Jobs, &prefix)?;
+    if total == 0 {
+        return Ok(None);
+    }
+    let mut oldest: Option<Job> = None;
+    r.visit(Table::Jobs, &prefix, &prefix, |_, job: Job| {
+        oldest = Some(job);
+        Ok(false)
+    })?;
+    let oldest = oldest.expect("counted above");
+    if oldest.parked() {
+        // Rare: a parked job heads the queue; read the lane in full.
+        return Ok(lane_depths(r, Some(memory))?.pop());
+    }
+    Ok(Some(LaneDepth {
+        memory: memory.to_owned(),
+        depth: total,
+        oldest_age_s: if oldest.queued_at > 0.0 { (wall_clock() - oldest.queued_at).max(0.0) } else { 0.0 },
+        parked: Vec::new(),
+    }))
+}
+
 /// Every memory's lane with jobs in it (or one memory's, with `memory`).
 pub fn lane_depths(r: &Reader<'_>, memory: Option<&str>) -> Result<Vec<LaneDepth>, StoreError> {
     let prefix = memory.map(keys::memory_prefix).unwrap_or_default();
