@@ -81,10 +81,7 @@ impl Server {
                 let Ok(stream) = stream else { continue };
                 let (queue, s, f, m) = (queue.clone(), s.clone(), f.clone(), m.clone());
                 std::thread::spawn(move || {
-                    let now = f.fetch_add(1, Ordering::SeqCst) + 1;
-                    m.fetch_max(now, Ordering::SeqCst);
-                    let _ = serve_one(stream, &queue, &s);
-                    f.fetch_sub(1, Ordering::SeqCst);
+                    let _ = serve_one(stream, &queue, &s, &f, &m);
                 });
             }
         });
@@ -100,7 +97,15 @@ impl Server {
     }
 }
 
-fn serve_one(stream: TcpStream, queue: &Mutex<VecDeque<Canned>>, seen: &Mutex<Vec<Seen>>) -> std::io::Result<()> {
+/// Serves one request. `in_flight` counts requests read and not yet answered (the client's
+/// concurrency: a connection still closing after its answer is not in flight).
+fn serve_one(
+    stream: TcpStream,
+    queue: &Mutex<VecDeque<Canned>>,
+    seen: &Mutex<Vec<Seen>>,
+    in_flight: &AtomicUsize,
+    max_in_flight: &AtomicUsize,
+) -> std::io::Result<()> {
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut line = String::new();
     reader.read_line(&mut line)?;
@@ -136,7 +141,10 @@ fn serve_one(stream: TcpStream, queue: &Mutex<VecDeque<Canned>>, seen: &Mutex<Ve
             q.front().cloned().expect("a canned reply")
         }
     };
+    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    max_in_flight.fetch_max(now, Ordering::SeqCst);
     std::thread::sleep(reply.delay);
+    in_flight.fetch_sub(1, Ordering::SeqCst);
     let mut out = stream;
     let mut head = format!(
         "HTTP/1.1 {} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",

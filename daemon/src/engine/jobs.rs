@@ -137,7 +137,7 @@ impl Engine {
             let budget = self.cut_budget(&st);
             self.cut(&mut st, budget, false);
         }
-        st.finish_job(job.n);
+        st.finish_job(job.n, &job.job);
         self.save_and_keep(st)?;
         c.jobs_run.fetch_add(1, Ordering::Relaxed);
         Ok(true)

@@ -43,6 +43,10 @@ pub struct MemoryRecord {
     pub next_job: u64,
     #[serde(default)]
     pub next_entity: u64,
+    /// Kinds of coalescing jobs (unit scoring, cuts) queued and not run yet: one of each is
+    /// enough, since each does all there is when it runs, so a busy lane stays bounded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queued_kinds: Vec<String>,
     /// The history budget of the last decorate: background cuts size episodes by it.
     #[serde(default)]
     pub last_budget: Option<u64>,
@@ -85,6 +89,7 @@ impl MemoryRecord {
             last_estimate: None,
             next_job: 0,
             next_entity: 0,
+            queued_kinds: Vec::new(),
             last_budget: None,
             instructions: Vec::new(),
         }
@@ -406,6 +411,18 @@ pub struct Job {
 
 /// Failed runs after which a job is parked.
 pub const PARK_AFTER: u32 = 3;
+
+impl JobKind {
+    /// A job of this kind does all its kind's work when it runs (it reads the state then), so
+    /// a second one queued behind it would find nothing left.
+    pub fn coalesces(&self) -> Option<&'static str> {
+        match self {
+            JobKind::ScoreUnits => Some("score_units"),
+            JobKind::Cut => Some("cut"),
+            _ => None,
+        }
+    }
+}
 
 impl Job {
     pub fn parked(&self) -> bool {

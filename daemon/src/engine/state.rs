@@ -146,8 +146,15 @@ impl State {
         self.existed = true;
     }
 
-    /// Queues background work; it is saved with everything else.
+    /// Queues background work; it is saved with everything else. A coalescing kind already
+    /// queued is not queued again.
     pub fn push_job(&mut self, job: JobKind, at: f64) {
+        if let Some(kind) = job.coalesces() {
+            if self.memory.queued_kinds.iter().any(|k| k == kind) {
+                return;
+            }
+            self.memory.queued_kinds.push(kind.to_owned());
+        }
         let n = self.memory.next_job;
         self.memory.next_job += 1;
         self.new_jobs.push(Job {
@@ -165,7 +172,10 @@ impl State {
     }
 
     /// Marks a job done: its record is removed when the state is saved.
-    pub fn finish_job(&mut self, n: u64) {
+    pub fn finish_job(&mut self, n: u64, kind: &JobKind) {
+        if let Some(k) = kind.coalesces() {
+            self.memory.queued_kinds.retain(|q| q != k);
+        }
         self.done_jobs.push(n);
     }
 
