@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// Op names. `capabilities` in `hello` lists the ones a server serves.
-pub const OPS: &[&str] = &["hello", "ping", "health", "stats", "decorate", "report", "export"];
+pub const OPS: &[&str] = &["hello", "ping", "health", "stats", "decorate", "report", "export", "quiet"];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HelloArgs {
@@ -102,4 +102,16 @@ pub struct ReportReply {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExportArgs {
     pub memory: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuietArgs {
+    pub memory: String,
+    /// How long to wait at most for the memory's background jobs, in milliseconds.
+    #[serde(default = "quiet_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+fn quiet_timeout_ms() -> u64 {
+    10_000
 }

@@ -14,6 +14,7 @@ mod fade;
 mod ingest;
 mod jobs;
 mod notes;
+mod quiet;
 pub mod records;
 mod state;
 mod tokens;

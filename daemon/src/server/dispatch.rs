@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use recalld_protocol::ops::{DecorateArgs, ExportArgs, HelloArgs, HelloReply, Limits, ReportArgs, OPS};
+use recalld_protocol::ops::{DecorateArgs, ExportArgs, HelloArgs, HelloReply, Limits, QuietArgs, ReportArgs, OPS};
 use recalld_protocol::{
     validate_memory_id, ErrorBody, ErrorCode, Reply, Request, MAX_MEMORY_ID_BYTES, MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
@@ -80,6 +80,12 @@ async fn run(state: &Arc<AppState>, request: Request) -> Result<Value, ErrorBody
             memory_id(&a.memory)?;
             let engine = state.engine.clone();
             blocking(move || engine.export(&a.memory)).await
+        }
+        "quiet" => {
+            let a: QuietArgs = args(request.args)?;
+            memory_id(&a.memory)?;
+            let engine = state.engine.clone();
+            blocking(move || engine.quiet(&a.memory, a.timeout_ms)).await
         }
         other => Err(ErrorBody::new(
             ErrorCode::UnknownOp,
