@@ -63,7 +63,9 @@ pub fn rank(conv: &Conversation, embedder: &dyn Embedder, scratch: &Path) -> Res
     words.commit(&conv.id).map_err(|e| e.to_string())?;
     let mut bm25 = Vec::new();
     for q in &conv.questions {
-        let hits = words.search(&conv.id, &q.text, texts.len()).map_err(|e| e.to_string())?;
+        let hits = words
+            .search(&conv.id, &q.text, texts.len())
+            .map_err(|e| e.to_string())?;
         bm25.push(hits.into_iter().map(|(id, _)| id as usize).collect());
     }
     let ctx = CallCtx::new("recalld-bench");

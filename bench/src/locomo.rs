@@ -69,7 +69,9 @@ impl std::error::Error for LoadError {}
 pub fn load(path: &Path) -> Result<Vec<Conversation>, LoadError> {
     let text = std::fs::read_to_string(path).map_err(|e| LoadError(format!("{}: {e}", path.display())))?;
     let v: Value = serde_json::from_str(&text).map_err(|e| LoadError(format!("{}: {e}", path.display())))?;
-    let samples = v.as_array().ok_or_else(|| LoadError("the file is not a list of samples".into()))?;
+    let samples = v
+        .as_array()
+        .ok_or_else(|| LoadError("the file is not a list of samples".into()))?;
     samples.iter().map(parse_sample).collect()
 }
 
@@ -97,7 +99,8 @@ pub fn parse_sample(s: &Value) -> Result<Conversation, LoadError> {
             .get(&format!("session_{n}_date_time"))
             .and_then(Value::as_str)
             .unwrap_or("");
-        let at = parse_time(date).ok_or_else(|| LoadError(format!("{id}: session {n} has no readable date {date:?}")))?;
+        let at =
+            parse_time(date).ok_or_else(|| LoadError(format!("{id}: session {n} has no readable date {date:?}")))?;
         let turns = turns
             .iter()
             .map(|t| Turn {
@@ -109,8 +112,10 @@ pub fn parse_sample(s: &Value) -> Result<Conversation, LoadError> {
         sessions.push(Session { n, at, turns });
     }
     sessions.sort_by_key(|s| s.n);
-    let known: std::collections::HashSet<String> =
-        sessions.iter().flat_map(|s| s.turns.iter().map(|t| t.dia.clone())).collect();
+    let known: std::collections::HashSet<String> = sessions
+        .iter()
+        .flat_map(|s| s.turns.iter().map(|t| t.dia.clone()))
+        .collect();
     let questions = s
         .get("qa")
         .and_then(Value::as_array)
@@ -275,7 +280,10 @@ mod tests {
     #[test]
     fn malformed_evidence_ids_are_read() {
         assert_eq!(evidence_ids(&json!(["D8:6; D9:17"])), vec!["D8:6", "D9:17"]);
-        assert_eq!(evidence_ids(&json!(["D:11:26", "D30:05", "junk"])), vec!["D11:26", "D30:5"]);
+        assert_eq!(
+            evidence_ids(&json!(["D:11:26", "D30:05", "junk"])),
+            vec!["D11:26", "D30:5"]
+        );
         assert_eq!(evidence_ids(&json!("D1:3")), vec!["D1:3"]);
     }
 }

@@ -101,7 +101,10 @@ impl Daemon {
             .arg("--data")
             .arg(dir.path().join("data"))
             .env_remove("RECALLD_CONFIG")
-            .env("RECALLD_LOG", std::env::var("RECALLD_LOG").unwrap_or_else(|_| "warn".into()))
+            .env(
+                "RECALLD_LOG",
+                std::env::var("RECALLD_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .env("RECALLD_MODEL_DIR", model_dir())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -287,9 +290,7 @@ fn replay_all(
                 let Some(c) = convs.get(i) else { break };
                 let memory = format!("{}@{}#{tag}", c.id, o.ceiling);
                 let out = Client::connect(socket)
-                    .and_then(|mut client| {
-                        replay::replay(&mut client, c, &memory, o, &mut |line| eprintln!("{line}"))
-                    })
+                    .and_then(|mut client| replay::replay(&mut client, c, &memory, o, &mut |line| eprintln!("{line}")))
                     .map_err(|e| format!("{memory}: {e}"));
                 results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(out);
             });

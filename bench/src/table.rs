@@ -79,7 +79,11 @@ impl Table {
         out.push_str(&"---|".repeat(SYSTEMS.len()));
         out.push('\n');
         for (c, name) in CATEGORIES.iter().copied().chain([(0, "all")]) {
-            let label = if c == 0 { "**all**".to_owned() } else { format!("{c} {name}") };
+            let label = if c == 0 {
+                "**all**".to_owned()
+            } else {
+                format!("{c} {name}")
+            };
             out.push_str(&format!("| {label} | {} |", self.count(SYSTEMS[0], c)));
             for s in SYSTEMS {
                 match self.mean(s, c) {

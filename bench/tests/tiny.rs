@@ -73,7 +73,10 @@ fn the_file_is_read_as_written() {
     let ev: Vec<&[String]> = c.questions.iter().map(|q| q.evidence.as_slice()).collect();
     assert_eq!(ev[1], ["D1:4", "D2:2"]);
     assert_eq!(ev[2], ["D2:2"]);
-    assert!(ev[4].is_empty() && ev[5].is_empty(), "no evidence, or none naming a turn");
+    assert!(
+        ev[4].is_empty() && ev[5].is_empty(),
+        "no evidence, or none naming a turn"
+    );
     assert_eq!(c.observations.len(), 4);
     assert_eq!(c.sessions[1].at - c.sessions[0].at, 9.0 * 86_400.0 + 7_200.0);
 }
@@ -120,8 +123,7 @@ fn model_dir() -> PathBuf {
 }
 
 fn rankings(c: &Conversation) -> Rankings {
-    let embedder =
-        recalld::models::MiniLm::load(&model_dir(), 8, Arc::new(recalld::models::Usage::default())).unwrap();
+    let embedder = recalld::models::MiniLm::load(&model_dir(), 8, Arc::new(recalld::models::Usage::default())).unwrap();
     let scratch = tempfile::tempdir().unwrap();
     baselines::rank(c, &embedder, scratch.path()).unwrap()
 }
@@ -141,7 +143,11 @@ fn baselines_get_recallds_token_count_and_are_scored_alike() {
     let request = json!({"messages": [msg("system", &system), msg("assistant", &last), msg("user", &q.text)]});
     let tokens = request_tokens(&request);
     assert_eq!(tokens, fixed + message_tokens(&last));
-    let asked = vec![Asked { question: 0, request, tokens }];
+    let asked = vec![Asked {
+        question: 0,
+        request,
+        tokens,
+    }];
     let mut table = Table::default();
     let details = evaluate(&c, &r, &asked, 200_000, &mut table);
     let cat = 4;
@@ -168,7 +174,11 @@ fn recalld_bin() -> PathBuf {
 #[test]
 fn a_replay_through_the_daemon_holds_everything_at_200k_and_repeats_exactly() {
     let bin = recalld_bin();
-    assert!(bin.exists(), "{} missing: run `cargo build -p recalld` first", bin.display());
+    assert!(
+        bin.exists(),
+        "{} missing: run `cargo build -p recalld` first",
+        bin.display()
+    );
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("s.sock");
     let child = std::process::Command::new(&bin)

@@ -10,7 +10,11 @@ use recalld::index::words::Words;
 
 fn rss_kib() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
     pages * 4
 }
 
@@ -33,7 +37,10 @@ impl Rng {
 const VOCAB: usize = 5_000;
 
 fn sentence(rng: &mut Rng, words: usize) -> String {
-    (0..words).map(|_| format!("w{}", rng.next() as usize % VOCAB)).collect::<Vec<_>>().join(" ")
+    (0..words)
+        .map(|_| format!("w{}", rng.next() as usize % VOCAB))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn main() {
@@ -57,7 +64,10 @@ fn main() {
         words.add("m0", rng.next() % 1000 + 2, &sentence(&mut rng, 20)).unwrap();
         words.commit("m0").unwrap();
     }
-    println!("words: one-document commit {:.1} ms", t.elapsed().as_secs_f64() * 1e3 / 50.0);
+    println!(
+        "words: one-document commit {:.1} ms",
+        t.elapsed().as_secs_f64() * 1e3 / 50.0
+    );
     drop(words);
 
     for n in [1_000usize, 10_000, 100_000] {

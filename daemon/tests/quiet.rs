@@ -63,7 +63,10 @@ fn quiet_times_out_with_jobs_left_then_returns_zero_once_the_lane_ran() {
     let t = Instant::now();
     let left = jobs(engine.quiet("lane", 150).unwrap());
     assert!(left >= 1, "report queued background work");
-    assert!(t.elapsed() >= Duration::from_millis(150), "quiet returned before its timeout");
+    assert!(
+        t.elapsed() >= Duration::from_millis(150),
+        "quiet returned before its timeout"
+    );
     assert!(t.elapsed() < Duration::from_secs(5));
     // Scoped to the memory: another memory (even a prefix of the name) is quiet at once.
     for other in ["lan", "lane2", "never-seen"] {
@@ -73,7 +76,10 @@ fn quiet_times_out_with_jobs_left_then_returns_zero_once_the_lane_ran() {
     assert_eq!(jobs(engine.quiet("lane", 30_000).unwrap()), 0);
     assert_eq!(engine.pending_jobs().unwrap().1, 0, "quiet said 0 while jobs were left");
     lanes.stop();
-    assert!(engine.quiet("lane", 10_000_000).is_err(), "an absurd timeout is refused");
+    assert!(
+        engine.quiet("lane", 10_000_000).is_err(),
+        "an absurd timeout is refused"
+    );
 }
 
 #[test]
@@ -86,6 +92,12 @@ fn quiet_over_the_socket() {
     let ok = c.call("quiet", json!({"memory": "m"})).unwrap();
     assert_eq!(ok, json!({"jobs": 0}));
     assert_eq!(code(c.call("quiet", json!({"memory": ""}))), "invalid_argument");
-    assert_eq!(code(c.call("quiet", json!({"memory": "m", "timeout_ms": -1}))), "invalid_argument");
-    assert_eq!(code(c.call("quiet", json!({"memory": "m", "timeout_ms": 700_000}))), "invalid_argument");
+    assert_eq!(
+        code(c.call("quiet", json!({"memory": "m", "timeout_ms": -1}))),
+        "invalid_argument"
+    );
+    assert_eq!(
+        code(c.call("quiet", json!({"memory": "m", "timeout_ms": 700_000}))),
+        "invalid_argument"
+    );
 }

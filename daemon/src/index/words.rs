@@ -126,10 +126,7 @@ impl Handle {
 
     fn writer(&mut self) -> Result<&IndexWriter, IndexError> {
         if self.writer.is_none() {
-            let w = self
-                .index
-                .writer_with_num_threads(1, WRITER_BYTES)
-                .map_err(err)?;
+            let w = self.index.writer_with_num_threads(1, WRITER_BYTES).map_err(err)?;
             self.writer = Some(w);
         }
         Ok(self.writer.as_ref().expect("just set"))
@@ -186,7 +183,11 @@ impl Handle {
             .map_err(err)?;
         let mut out = Vec::with_capacity(top.len());
         for (score, addr) in top {
-            let ids = searcher.segment_reader(addr.segment_ord).fast_fields().u64("id").map_err(err)?;
+            let ids = searcher
+                .segment_reader(addr.segment_ord)
+                .fast_fields()
+                .u64("id")
+                .map_err(err)?;
             if let Some(id) = ids.first(addr.doc_id) {
                 out.push((id, score));
             }
@@ -436,9 +437,8 @@ fn parts(word: &str) -> Vec<(usize, usize)> {
             prev = None;
             continue;
         }
-        let edge = prev.is_some_and(|p| {
-            (p.is_lowercase() && c.is_uppercase()) || (p.is_alphabetic() != c.is_alphabetic())
-        });
+        let edge =
+            prev.is_some_and(|p| (p.is_lowercase() && c.is_uppercase()) || (p.is_alphabetic() != c.is_alphabetic()));
         if edge {
             if let Some(s) = start.take() {
                 out.push((s, i));
@@ -468,11 +468,25 @@ mod tests {
     #[test]
     fn identifiers_and_numbers_keep_whole_and_split_into_parts() {
         let t = terms("Ticket ORD-12345 for getUserName, v1.2.3 at 10:30; 1,000 users.");
-        for want in ["ord-12345", "ord", "12345", "get", "user", "name", "v1.2.3", "10:30", "1,000", "1"] {
+        for want in [
+            "ord-12345",
+            "ord",
+            "12345",
+            "get",
+            "user",
+            "name",
+            "v1.2.3",
+            "10:30",
+            "1,000",
+            "1",
+        ] {
             assert!(t.iter().any(|x| x == want), "{want:?} missing from {t:?}");
         }
         // Sentence punctuation does not stick to words.
-        assert!(t.contains(&"user".to_string()) && !t.iter().any(|x| x.ends_with('.')), "{t:?}");
+        assert!(
+            t.contains(&"user".to_string()) && !t.iter().any(|x| x.ends_with('.')),
+            "{t:?}"
+        );
     }
 
     #[test]
@@ -480,7 +494,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let w = words_in(dir.path());
         w.add("m", 1, "Refund for order ORD-12345 was approved").unwrap();
-        w.add("m", 2, "The getUserName helper returns the display name").unwrap();
+        w.add("m", 2, "The getUserName helper returns the display name")
+            .unwrap();
         w.add("m", 3, "Lunch at noon with Dana").unwrap();
         assert_eq!(ids(&w.search("m", "ORD-12345", 5).unwrap()), vec![1]);
         assert_eq!(ids(&w.search("m", "what about 12345?", 5).unwrap()), vec![1]);
@@ -508,7 +523,8 @@ mod tests {
     fn odd_query_text_never_errors() {
         let dir = tempfile::tempdir().unwrap();
         let w = words_in(dir.path());
-        w.add("m", 7, "field: value AND (nested OR \"quoted\") title:x").unwrap();
+        w.add("m", 7, "field: value AND (nested OR \"quoted\") title:x")
+            .unwrap();
         let odd = [
             "",
             "   ",
@@ -578,7 +594,12 @@ mod tests {
     fn rebuild_from_pairs_gives_the_same_results() {
         let dir = tempfile::tempdir().unwrap();
         let docs: Vec<(u64, String)> = (0..50)
-            .map(|i| (i, format!("turn {i}: we talked about topic{} and the number {}", i % 7, i * 13)))
+            .map(|i| {
+                (
+                    i,
+                    format!("turn {i}: we talked about topic{} and the number {}", i % 7, i * 13),
+                )
+            })
             .collect();
         let queries = ["topic3", "number 130", "talked about topic5", "nothing here"];
         let before: Vec<_> = {
