@@ -228,7 +228,8 @@ pub fn parse_time(s: &str) -> Option<f64> {
     }
     let mut parts = date.split([' ', ',']).filter(|p| !p.is_empty());
     let day: u32 = parts.next()?.parse().ok()?;
-    let month = MONTHS.iter().position(|&mn| mn.eq_ignore_ascii_case(parts.next()?))? as u32 + 1;
+    let month_name = parts.next()?;
+    let month = MONTHS.iter().position(|mn| mn.eq_ignore_ascii_case(month_name))? as u32 + 1;
     let year: i64 = parts.next()?.parse().ok()?;
     if h > 23 || m > 59 || !(1..=31).contains(&day) {
         return None;
