@@ -12,6 +12,7 @@ export RECALLD_MODEL_DIR ?= $(MODEL_DIR)
 export RECALLD_BENCH_DIR ?= $(abspath $(REPO)/../shared/bench)
 
 .PHONY: run test model build build-release test-rust test-python test-ts test-e2e venv py-client ts-client bench bench-engine sdk-py bench-kill
+.PHONY: test-bench bench-replay
 
 run: model build-release
 	./target/release/recalld serve
@@ -31,6 +32,11 @@ test: model build test-rust test-python test-ts test-e2e
 
 test-rust:
 	cargo test -p recalld-protocol -p recalld
+
+# The replay benchmark's own tests (scoring on a tiny hand-made file; one replay through the
+# debug daemon). The benchmark itself is `make bench-replay`.
+test-bench: model build
+	RECALLD_BIN="$(REPO)/target/debug/recalld" cargo test -p recalld-bench
 
 $(PY):
 	python3 -m venv "$(VENV)"
@@ -71,3 +77,11 @@ bench-engine: model build-release
 KILLS ?= 1000
 bench-kill: model
 	RECALLD_KILLS=$(KILLS) cargo test --release -p recalld --test kill_loop -- --nocapture
+
+# The yardstick of issue 9: LoCoMo conversations replayed through a real daemon, evidence
+# availability per category against baselines at the same token count. Writes bench/results/.
+# BENCH_CEILINGS: comma-separated token ceilings (the program's own default is 200k,16k,8k,4k).
+BENCH_CEILINGS ?= 8000,4000
+bench-replay: model build-release
+	cargo build --release -p recalld-bench
+	./target/release/recalld-bench replay --ceiling $(BENCH_CEILINGS) --recalld ./target/release/recalld --out bench/results

@@ -109,6 +109,17 @@ impl Client {
     }
 }
 
+impl Client {
+    /// Waits up to `timeout_ms` until `memory`'s background jobs are done; returns how many
+    /// are left (0 when the lane is quiet).
+    pub fn quiet(&mut self, memory: &str, timeout_ms: u64) -> Result<u64, ClientError> {
+        let ok = self.call("quiet", serde_json::json!({"memory": memory, "timeout_ms": timeout_ms}))?;
+        ok.get("jobs")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| ClientError::BadReply(format!("quiet reply without jobs: {ok}")))
+    }
+}
+
 pub fn into_result(reply: Reply) -> Result<Value, ClientError> {
     match (reply.ok, reply.err) {
         (_, Some(err)) => Err(ClientError::Server(err)),

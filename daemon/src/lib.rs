@@ -9,6 +9,7 @@ pub mod client;
 pub mod config;
 pub mod engine;
 pub mod formats;
+pub mod index;
 pub mod lanes;
 pub mod models;
 pub mod server;

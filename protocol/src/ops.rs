@@ -18,6 +18,7 @@ pub const OPS: &[&str] = &[
     "forget_memory",
     "metrics",
     "import",
+    "quiet",
 ];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -142,4 +143,16 @@ pub struct ImportArgs {
     pub memory: String,
     /// What `export` returned (its own `memory` field is not used).
     pub export: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuietArgs {
+    pub memory: String,
+    /// How long to wait at most for the memory's background jobs, in milliseconds.
+    #[serde(default = "quiet_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+fn quiet_timeout_ms() -> u64 {
+    10_000
 }

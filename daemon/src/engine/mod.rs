@@ -18,6 +18,7 @@ mod ingest;
 mod jobs;
 mod notes;
 mod pairing;
+mod quiet;
 pub mod records;
 mod retry;
 mod state;

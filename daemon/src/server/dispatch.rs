@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use recalld_protocol::ops::{
     DecorateArgs, ExportArgs, ForgetMemoryArgs, ForgetMemoryReply, HelloArgs, HelloReply, ImportArgs, Limits,
-    MetricsArgs,
+    MetricsArgs, QuietArgs,
     ReportArgs, OPS,
 };
 use recalld_protocol::{
@@ -148,6 +148,10 @@ async fn run(state: &Arc<AppState>, peer: &Peer, request: Request) -> Result<Val
                     format!("format must be json or prometheus, got {other:?}"),
                 )),
             }
+        "quiet" => {
+            let a: QuietArgs = args(request.args)?;
+            let engine = state.engine.clone();
+            blocking(move || engine.quiet(&a.memory, a.timeout_ms)).await
         }
         other => Err(ErrorBody::new(
             ErrorCode::UnknownOp,

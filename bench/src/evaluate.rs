@@ -1,0 +1,53 @@
+//! Scoring one replayed conversation: recalld's request for each question, and each baseline's
+//! at the same token count (the full context at the ceiling).
+
+use serde_json::{json, Value};
+
+use crate::baselines::{choose, request_of, Rankings, SYSTEMS};
+use crate::locomo::Conversation;
+use crate::replay::{system_prompt, Asked};
+use crate::score::{message_tokens, request_tokens, RequestText, Scorer};
+use crate::table::{Score, Table};
+
+/// Adds every system's score on every asked question to `table`; returns per-question details.
+pub fn evaluate(
+    conv: &Conversation,
+    rankings: &Rankings,
+    asked: &[Asked],
+    ceiling: u64,
+    table: &mut Table,
+) -> Vec<Value> {
+    let scorer = Scorer::new(conv);
+    let system = system_prompt(conv);
+    let mut details = Vec::new();
+    for a in asked {
+        let q = &conv.questions[a.question];
+        let fixed = message_tokens(&system) + message_tokens(&q.text);
+        let mut row = json!({
+            "conversation": conv.id, "question": a.question, "category": q.category,
+            "evidence": q.evidence,
+        });
+        for s in SYSTEMS {
+            let (request, tokens) = if s == "recalld" {
+                (a.request.clone(), a.tokens)
+            } else {
+                let budget = if s == "full context" { ceiling } else { a.tokens };
+                let chosen = choose(s, rankings, a.question, budget, fixed);
+                let r = request_of(&system, &rankings.items, &chosen, &q.text);
+                let t = request_tokens(&r);
+                (r, t)
+            };
+            let text = RequestText::of(&request);
+            let availability = scorer.availability(&q.evidence, &text).unwrap_or(0.0);
+            table.add(s, q.category, Score { availability, tokens });
+            let how: serde_json::Map<String, Value> = q
+                .evidence
+                .iter()
+                .map(|d| (d.clone(), json!(scorer.presence(d, &text))))
+                .collect();
+            row[s] = json!({"availability": availability, "tokens": tokens, "evidence": how});
+        }
+        details.push(row);
+    }
+    details
+}

@@ -1,0 +1,112 @@
+//! Search indexes: words (BM25, tantivy) and meaning (cosine, usearch), one per memory.
+//!
+//! Both are derived data: the store (LMDB) is the source of truth, and everything here can be
+//! thrown away and rebuilt from it. Each index says which ids it holds ([`words::Words::ids`],
+//! [`vectors::Vectors::ids`]) so the engine can compare with the store at start ([`diff`]) and
+//! add what is missing or rebuild from scratch.
+//!
+//! Layout under the data dir: `index/<memory dir>/words/` (a tantivy index) and
+//! `index/<memory dir>/vectors.usearch` + `vectors.keys`. The memory dir is a hash of the memory
+//! id (ids may hold any UTF-8 and be 256 bytes long), with the id itself written in `memory.id`.
+//!
+//! Why one index per memory rather than one shared index with a memory field: BM25's statistics
+//! (document frequencies, average length) are then the memory's own, so one memory's documents
+//! never change another's ranking (seed 000: nothing reads across memories); forgetting a memory
+//! is removing a directory; a rebuild touches one memory; and usearch's filtered search is slow
+//! at low selectivity and buggy with mmap views (DEPENDENCIES.md). The cost is one open tantivy
+//! reader (and, while writing, one writer) per active memory: kept bounded by an LRU of open
+//! handles (`open_memories`). Measured figures are in `examples/index_bench.rs`.
+
+pub mod vectors;
+pub mod words;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error("index io at {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("words index: {0}")]
+    Words(String),
+    #[error("vector index: {0}")]
+    Vectors(String),
+    #[error("vector of {got} dimensions for an index of {want}")]
+    Dimension { got: usize, want: usize },
+}
+
+impl IndexError {
+    fn io(path: &Path, source: std::io::Error) -> IndexError {
+        IndexError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// The directory of one memory's indexes under `root` (created on first write).
+pub fn memory_dir(root: &Path, memory: &str) -> PathBuf {
+    let digest = Sha256::digest(memory.as_bytes());
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    root.join(hex)
+}
+
+/// Creates the memory's directory and names the memory in it (for people reading the disk).
+fn ensure_memory_dir(root: &Path, memory: &str) -> Result<PathBuf, IndexError> {
+    let dir = memory_dir(root, memory);
+    std::fs::create_dir_all(&dir).map_err(|e| IndexError::io(&dir, e))?;
+    let name = dir.join("memory.id");
+    if !name.exists() {
+        std::fs::write(&name, memory.as_bytes()).map_err(|e| IndexError::io(&name, e))?;
+    }
+    Ok(dir)
+}
+
+/// How an index stands against the store's ids.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Diff {
+    /// In the store, not in the index: to add.
+    pub missing: Vec<u64>,
+    /// In the index, not in the store: to remove.
+    pub extra: Vec<u64>,
+}
+
+impl Diff {
+    pub fn is_current(&self) -> bool {
+        self.missing.is_empty() && self.extra.is_empty()
+    }
+}
+
+/// Compares what an index holds with what the store says it should hold.
+pub fn diff(held: &[u64], truth: &[u64]) -> Diff {
+    let held: BTreeSet<u64> = held.iter().copied().collect();
+    let truth: BTreeSet<u64> = truth.iter().copied().collect();
+    Diff {
+        missing: truth.difference(&held).copied().collect(),
+        extra: held.difference(&truth).copied().collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diff_names_what_to_add_and_remove() {
+        let d = diff(&[1, 2, 3], &[2, 3, 4, 5]);
+        assert_eq!(d.missing, vec![4, 5]);
+        assert_eq!(d.extra, vec![1]);
+        assert!(!d.is_current());
+        assert!(diff(&[3, 1], &[1, 3]).is_current());
+    }
+
+    #[test]
+    fn memory_dirs_differ_and_are_stable() {
+        let root = Path::new("/x");
+        assert_eq!(memory_dir(root, "a"), memory_dir(root, "a"));
+        assert_ne!(memory_dir(root, "a"), memory_dir(root, "ab"));
+        assert_eq!(memory_dir(root, &"é".repeat(128)).file_name().unwrap().len(), 32);
+    }
+}

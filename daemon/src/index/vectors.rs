@@ -1,0 +1,419 @@
+//! Meaning search: a cosine index of u64 keys → f32 vectors, one usearch index per memory.
+//! The only module that imports usearch.
+//!
+//! Each memory's index lives in memory while used and is written to disk by [`Vectors::save`]
+//! (`vectors.usearch`, plus `vectors.keys`: the keys it holds, since usearch cannot list them).
+//! Both files are written to a temporary name and renamed; at load a keys file that does not
+//! match the index (a crash between the renames, a foreign file) makes the index count as empty,
+//! so the start-up check rebuilds it from the store. An index of another dimension (the
+//! embedding model changed) also counts as empty.
+//!
+//! usearch does not grow by itself: capacity is reserved ahead of each add, doubling. Each
+//! memory's index is used under its own lock, one call at a time, so its thread slots (one per
+//! core) are never exhausted.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
+
+use super::{ensure_memory_dir, memory_dir, IndexError};
+
+const INDEX_FILE: &str = "vectors.usearch";
+const KEYS_FILE: &str = "vectors.keys";
+const FIRST_CAPACITY: usize = 64;
+
+fn err(e: impl std::fmt::Display) -> IndexError {
+    IndexError::Vectors(e.to_string())
+}
+
+/// Cosine vector indexes of every memory under one root directory, all of one dimension.
+pub struct Vectors {
+    root: PathBuf,
+    dim: usize,
+    open: Mutex<HashMap<String, Arc<Mutex<Handle>>>>,
+}
+
+struct Handle {
+    index: Index,
+    keys: BTreeSet<u64>,
+    /// Slots taken by removed vectors (usearch deletes softly; they still need capacity).
+    removed: usize,
+    /// Changed since the last save.
+    dirty: bool,
+}
+
+fn options(dim: usize) -> IndexOptions {
+    IndexOptions {
+        dimensions: dim,
+        metric: MetricKind::Cos,
+        quantization: ScalarKind::F16,
+        connectivity: 0,
+        expansion_add: 0,
+        expansion_search: 0,
+        multi: false,
+    }
+}
+
+fn threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
+}
+
+impl Handle {
+    fn empty(dim: usize) -> Result<Handle, IndexError> {
+        Ok(Handle {
+            index: Index::new(&options(dim)).map_err(err)?,
+            keys: BTreeSet::new(),
+            removed: 0,
+            dirty: false,
+        })
+    }
+
+    /// The saved index in `dir`, or an empty one when there is none or it cannot be trusted.
+    fn load(dir: &Path, dim: usize) -> Result<Handle, IndexError> {
+        let (index_path, keys_path) = (dir.join(INDEX_FILE), dir.join(KEYS_FILE));
+        if !index_path.exists() || !keys_path.exists() {
+            return Handle::empty(dim);
+        }
+        match Handle::read(&index_path, &keys_path, dim) {
+            Ok(h) => Ok(h),
+            Err(e) => {
+                tracing::warn!(error = %e, path = %index_path.display(), "vector index unusable; starting empty");
+                Handle::empty(dim)
+            }
+        }
+    }
+
+    fn read(index_path: &Path, keys_path: &Path, dim: usize) -> Result<Handle, IndexError> {
+        let path = index_path.to_string_lossy();
+        let meta = Index::metadata(&path).map_err(err)?;
+        if meta.dimensions as usize != dim {
+            return Err(IndexError::Dimension {
+                got: meta.dimensions as usize,
+                want: dim,
+            });
+        }
+        let index = Index::new(&options(dim)).map_err(err)?;
+        index.load(&path).map_err(err)?;
+        let bytes = std::fs::read(keys_path).map_err(|e| IndexError::io(keys_path, e))?;
+        if bytes.len() % 8 != 0 {
+            return Err(err("keys file of a partial length"));
+        }
+        let keys: BTreeSet<u64> = bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect();
+        if keys.len() != index.size() || !keys.iter().all(|&k| index.contains(k)) {
+            return Err(err("keys file does not match the index"));
+        }
+        index
+            .reserve_capacity_and_threads(index.capacity().max(FIRST_CAPACITY), threads())
+            .map_err(err)?;
+        Ok(Handle {
+            index,
+            keys,
+            removed: meta.count_deleted as usize,
+            dirty: false,
+        })
+    }
+
+    fn add(&mut self, key: u64, vector: &[f32]) -> Result<(), IndexError> {
+        if vector.len() != self.index.dimensions() {
+            return Err(IndexError::Dimension {
+                got: vector.len(),
+                want: self.index.dimensions(),
+            });
+        }
+        if self.index.contains(key) {
+            self.remove(key)?;
+        }
+        let needed = self.index.size() + self.removed + 1;
+        if needed > self.index.capacity() {
+            let capacity = (self.index.capacity() * 2).max(needed).max(FIRST_CAPACITY);
+            self.index
+                .reserve_capacity_and_threads(capacity, threads())
+                .map_err(err)?;
+        }
+        self.index.add(key, vector).map_err(err)?;
+        self.keys.insert(key);
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn remove(&mut self, key: u64) -> Result<(), IndexError> {
+        if self.index.contains(key) {
+            self.index.remove(key).map_err(err)?;
+            self.removed += 1;
+        }
+        self.dirty |= self.keys.remove(&key);
+        Ok(())
+    }
+
+    fn search(&self, query: &[f32], k: usize) -> Result<Vec<(u64, f32)>, IndexError> {
+        if query.len() != self.index.dimensions() {
+            return Err(IndexError::Dimension {
+                got: query.len(),
+                want: self.index.dimensions(),
+            });
+        }
+        if k == 0 || self.index.size() == 0 {
+            return Ok(Vec::new());
+        }
+        let found = self.index.search(query, k).map_err(err)?;
+        // Cosine distance is 1 − cosine; report the cosine.
+        Ok(found
+            .keys
+            .into_iter()
+            .zip(found.distances)
+            .map(|(key, d)| (key, 1.0 - d))
+            .collect())
+    }
+
+    fn save(&mut self, dir: &Path) -> Result<(), IndexError> {
+        if !self.dirty {
+            return Ok(());
+        }
+        let (index_path, keys_path) = (dir.join(INDEX_FILE), dir.join(KEYS_FILE));
+        let (index_tmp, keys_tmp) = (dir.join("vectors.usearch.tmp"), dir.join("vectors.keys.tmp"));
+        self.index.save(&index_tmp.to_string_lossy()).map_err(err)?;
+        let bytes: Vec<u8> = self.keys.iter().flat_map(|k| k.to_le_bytes()).collect();
+        std::fs::write(&keys_tmp, bytes).map_err(|e| IndexError::io(&keys_tmp, e))?;
+        std::fs::rename(&keys_tmp, &keys_path).map_err(|e| IndexError::io(&keys_path, e))?;
+        std::fs::rename(&index_tmp, &index_path).map_err(|e| IndexError::io(&index_path, e))?;
+        self.dirty = false;
+        Ok(())
+    }
+}
+
+impl Vectors {
+    /// Vector indexes of `dim` dimensions (the embedder's) under `root` (e.g. `<data>/index`).
+    pub fn open(root: &Path, dim: usize) -> Result<Vectors, IndexError> {
+        std::fs::create_dir_all(root).map_err(|e| IndexError::io(root, e))?;
+        Ok(Vectors {
+            root: root.to_path_buf(),
+            dim,
+            open: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    fn dir(&self, memory: &str) -> PathBuf {
+        memory_dir(&self.root, memory)
+    }
+
+    fn handle(&self, memory: &str) -> Result<Arc<Mutex<Handle>>, IndexError> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(h) = open.get(memory) {
+            return Ok(h.clone());
+        }
+        let h = Arc::new(Mutex::new(Handle::load(&self.dir(memory), self.dim)?));
+        open.insert(memory.to_owned(), h.clone());
+        Ok(h)
+    }
+
+    fn with<T>(&self, memory: &str, f: impl FnOnce(&mut Handle) -> Result<T, IndexError>) -> Result<T, IndexError> {
+        let h = self.handle(memory)?;
+        let mut h = h.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut h)
+    }
+
+    /// Adds (or replaces) the vector of `key`. Kept in memory until [`Vectors::save`].
+    pub fn add(&self, memory: &str, key: u64, vector: &[f32]) -> Result<(), IndexError> {
+        self.with(memory, |h| h.add(key, vector))
+    }
+
+    pub fn remove(&self, memory: &str, key: u64) -> Result<(), IndexError> {
+        self.with(memory, |h| h.remove(key))
+    }
+
+    /// The `k` nearest keys to `query` by cosine, nearest first, with their cosine.
+    pub fn search(&self, memory: &str, query: &[f32], k: usize) -> Result<Vec<(u64, f32)>, IndexError> {
+        self.with(memory, |h| h.search(query, k))
+    }
+
+    /// The keys the memory's index holds, ascending (what the start-up check compares).
+    pub fn ids(&self, memory: &str) -> Result<Vec<u64>, IndexError> {
+        self.with(memory, |h| Ok(h.keys.iter().copied().collect()))
+    }
+
+    /// Writes the memory's index to disk if it changed.
+    pub fn save(&self, memory: &str) -> Result<(), IndexError> {
+        let dir = ensure_memory_dir(&self.root, memory)?;
+        self.with(memory, |h| h.save(&dir))
+    }
+
+    /// Writes every changed index to disk (at shutdown).
+    pub fn save_all(&self) -> Result<(), IndexError> {
+        let memories: Vec<String> = self
+            .open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        for m in memories {
+            self.save(&m)?;
+        }
+        Ok(())
+    }
+
+    /// Throws the memory's index away and builds it again from `pairs`, saved.
+    pub fn rebuild<V: AsRef<[f32]>>(
+        &self,
+        memory: &str,
+        pairs: impl IntoIterator<Item = (u64, V)>,
+    ) -> Result<(), IndexError> {
+        let mut fresh = Handle::empty(self.dim)?;
+        for (key, v) in pairs {
+            fresh.add(key, v.as_ref())?;
+        }
+        fresh.dirty = true;
+        let dir = ensure_memory_dir(&self.root, memory)?;
+        fresh.save(&dir)?;
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.insert(memory.to_owned(), Arc::new(Mutex::new(fresh)));
+        Ok(())
+    }
+
+    /// Forgets the memory's vector index, in memory and on disk.
+    pub fn drop_memory(&self, memory: &str) -> Result<(), IndexError> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner()).remove(memory);
+        let dir = self.dir(memory);
+        for f in [INDEX_FILE, KEYS_FILE] {
+            match std::fs::remove_file(dir.join(f)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(IndexError::io(&dir.join(f), e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIM: usize = 8;
+
+    /// A unit vector pointing mostly along axis `i`, tilted by `t`.
+    fn unit(i: usize, t: f32) -> Vec<f32> {
+        let mut v = vec![0.0; DIM];
+        v[i % DIM] = 1.0;
+        v[(i + 1) % DIM] = t;
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter().map(|x| x / n).collect()
+    }
+
+    fn keys(hits: &[(u64, f32)]) -> Vec<u64> {
+        hits.iter().map(|h| h.0).collect()
+    }
+
+    #[test]
+    fn nearest_first_with_cosine_scores() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = Vectors::open(dir.path(), DIM).unwrap();
+        v.add("m", 10, &unit(0, 0.0)).unwrap();
+        v.add("m", 11, &unit(0, 0.5)).unwrap();
+        v.add("m", 12, &unit(3, 0.0)).unwrap();
+        let hits = v.search("m", &unit(0, 0.1), 3).unwrap();
+        assert_eq!(keys(&hits), vec![10, 11, 12]);
+        assert!(hits[0].1 > 0.99 && hits[2].1.abs() < 0.01, "{hits:?}");
+    }
+
+    #[test]
+    fn a_search_in_one_memory_never_returns_another_memorys_vectors() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = Vectors::open(dir.path(), DIM).unwrap();
+        v.add("a", 1, &unit(0, 0.0)).unwrap();
+        v.add("b", 2, &unit(0, 0.0)).unwrap();
+        assert_eq!(keys(&v.search("a", &unit(0, 0.0), 10).unwrap()), vec![1]);
+        assert_eq!(keys(&v.search("b", &unit(0, 0.0), 10).unwrap()), vec![2]);
+        assert!(v.search("c", &unit(0, 0.0), 10).unwrap().is_empty());
+    }
+
+    #[test]
+    fn grows_past_its_first_capacity_replaces_and_removes() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = Vectors::open(dir.path(), DIM).unwrap();
+        for k in 0..1000u64 {
+            v.add("m", k, &unit(k as usize, (k % 10) as f32 / 10.0)).unwrap();
+        }
+        assert_eq!(v.ids("m").unwrap().len(), 1000);
+        // Replacing a key moves it; removing one takes it out of results.
+        v.add("m", 5, &unit(7, 0.0)).unwrap();
+        v.remove("m", 7).unwrap();
+        let near7: Vec<u64> = keys(&v.search("m", &unit(7, 0.0), 200).unwrap());
+        assert!(near7.contains(&5) && !near7.contains(&7));
+        assert_eq!(v.ids("m").unwrap().len(), 999);
+        assert!(v.add("m", 1, &[1.0, 0.0]).is_err(), "a wrong dimension is refused");
+        assert!(v.search("m", &[1.0], 3).is_err());
+    }
+
+    #[test]
+    fn save_and_load_round_trip_gives_the_same_results() {
+        let dir = tempfile::tempdir().unwrap();
+        let queries: Vec<Vec<f32>> = (0..5).map(|i| unit(i, 0.3)).collect();
+        let before: Vec<_> = {
+            let v = Vectors::open(dir.path(), DIM).unwrap();
+            for k in 0..100u64 {
+                v.add("m", k, &unit(k as usize, k as f32 / 100.0)).unwrap();
+            }
+            v.save_all().unwrap();
+            queries.iter().map(|q| v.search("m", q, 10).unwrap()).collect()
+        };
+        let v = Vectors::open(dir.path(), DIM).unwrap();
+        assert_eq!(v.ids("m").unwrap(), (0..100).collect::<Vec<_>>());
+        let after: Vec<_> = queries.iter().map(|q| v.search("m", q, 10).unwrap()).collect();
+        assert_eq!(before, after);
+        // After a load it still grows.
+        v.add("m", 500, &unit(2, 0.0)).unwrap();
+        assert_eq!(v.ids("m").unwrap().len(), 101);
+    }
+
+    #[test]
+    fn an_index_of_another_dimension_or_with_wrong_keys_counts_as_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let v = Vectors::open(dir.path(), DIM).unwrap();
+            v.add("m", 1, &unit(0, 0.0)).unwrap();
+            v.add("n", 1, &unit(0, 0.0)).unwrap();
+            v.save_all().unwrap();
+        }
+        let v = Vectors::open(dir.path(), 16).unwrap();
+        assert!(v.ids("m").unwrap().is_empty(), "a model change makes the index stale");
+        std::fs::write(memory_dir(dir.path(), "n").join(KEYS_FILE), 9u64.to_le_bytes()).unwrap();
+        let v = Vectors::open(dir.path(), DIM).unwrap();
+        assert!(v.ids("n").unwrap().is_empty(), "keys that do not match are not trusted");
+        assert_eq!(v.ids("m").unwrap(), vec![1]);
+    }
+
+    #[test]
+    fn rebuild_after_the_files_are_deleted_gives_the_same_results() {
+        let dir = tempfile::tempdir().unwrap();
+        let pairs: Vec<(u64, Vec<f32>)> = (0..64u64).map(|k| (k, unit(k as usize, k as f32 / 64.0))).collect();
+        let queries: Vec<Vec<f32>> = (0..4).map(|i| unit(i * 2, 0.2)).collect();
+        let before: Vec<_> = {
+            let v = Vectors::open(dir.path(), DIM).unwrap();
+            for (k, x) in &pairs {
+                v.add("m", *k, x).unwrap();
+            }
+            v.save("m").unwrap();
+            queries.iter().map(|q| keys(&v.search("m", q, 5).unwrap())).collect()
+        };
+        std::fs::remove_dir_all(memory_dir(dir.path(), "m")).unwrap();
+        let v = Vectors::open(dir.path(), DIM).unwrap();
+        let truth: Vec<u64> = pairs.iter().map(|p| p.0).collect();
+        assert_eq!(super::super::diff(&v.ids("m").unwrap(), &truth).missing, truth);
+        v.rebuild("m", pairs.iter().map(|(k, x)| (*k, x.as_slice()))).unwrap();
+        let after: Vec<_> = queries.iter().map(|q| keys(&v.search("m", q, 5).unwrap())).collect();
+        assert_eq!(before, after);
+        // And the rebuilt index was saved: a fresh open sees it.
+        let v = Vectors::open(dir.path(), DIM).unwrap();
+        assert_eq!(v.ids("m").unwrap(), truth);
+    }
+}
