@@ -148,6 +148,7 @@ async fn run(state: &Arc<AppState>, peer: &Peer, request: Request) -> Result<Val
                     format!("format must be json or prometheus, got {other:?}"),
                 )),
             }
+        }
         "quiet" => {
             let a: QuietArgs = args(request.args)?;
             let engine = state.engine.clone();
