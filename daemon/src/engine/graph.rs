@@ -4,8 +4,9 @@
 //! 1. its two names resolve to entities: a normalised name or a known alias first (the note's
 //!    own aliases included), then the nearest held entities by embedding, taken only when the
 //!    cosine reaches [`SAME_ENTITY`] and the guard [`distinct`] does not keep them apart;
-//!    otherwise a new entity. Candidates are the [`ENTITY_CANDIDATES`] nearest, so the judge's
-//!    work per name does not grow with the graph.
+//!    otherwise a new entity. Candidates are the [`ENTITY_CANDIDATES`] nearest; they are found
+//!    by scanning the memory's entity vectors in LMDB, which grows with the graph until the
+//!    usearch index (`index/vectors.rs`) serves this search.
 //! 2. it is embedded (the fact's sentence; new entities by name);
 //! 3. it is related to the newest held facts on the same two entities: a restatement merges into
 //!    the held fact (both sources kept, a counted `Restated` trace on the held fact's episodes);
