@@ -31,7 +31,7 @@ test: model build test-rust test-python test-ts test-e2e
 	@echo "all suites passed"
 
 test-rust:
-	cargo test -p recalld-protocol -p recalld
+	scripts/summarize-failure.sh target/test-rust.log cargo test -p recalld-protocol -p recalld
 
 # The replay benchmark's own tests (scoring on a tiny hand-made file; one replay through the
 # debug daemon). The benchmark itself is `make bench-replay`.

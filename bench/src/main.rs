@@ -94,12 +94,18 @@ impl Daemon {
     fn start(bin: &Path) -> Result<Daemon, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let socket = dir.path().join("recalld.sock");
+        // The embedder gets as long as it needs for a question (the default recall deadline is
+        // 300 ms): on a loaded machine a missed deadline would change the table from run to run.
+        let config = dir.path().join("recalld.toml");
+        std::fs::write(&config, "[engine]\nrecall_deadline_ms = 10000\n").map_err(|e| e.to_string())?;
         let mut child = Command::new(bin)
             .arg("serve")
             .arg("--socket")
             .arg(&socket)
             .arg("--data")
             .arg(dir.path().join("data"))
+            .arg("--config")
+            .arg(&config)
             .env_remove("RECALLD_CONFIG")
             .env(
                 "RECALLD_LOG",

@@ -138,8 +138,10 @@ fn baselines_get_recallds_token_count_and_are_scored_alike() {
     let q = &c.questions[0];
     let system = system_prompt(&c);
     let fixed = message_tokens(&system) + message_tokens(&q.text);
-    // recalld held only the newest turn: the recency window at that size holds the same.
-    let last = c.turns().last().unwrap().text.clone();
+    // recalld held only the longest turn (Ann's Lisbon news), so every single turn fits in the
+    // baselines' room; the recency window at that size holds the newest turn only.
+    let last = c.turns().max_by_key(|t| message_tokens(&t.text)).unwrap().text.clone();
+    assert!(last.contains("Lisbon"), "{last}");
     let request = json!({"messages": [msg("system", &system), msg("assistant", &last), msg("user", &q.text)]});
     let tokens = request_tokens(&request);
     assert_eq!(tokens, fixed + message_tokens(&last));

@@ -96,7 +96,7 @@ fn main() {
     let dim = 384;
     for n in [1_000usize, 10_000] {
         let vectors = Vectors::open(&dir.path().join(format!("v{n}")), dim).unwrap();
-        let mut unit = |rng: &mut Rng| {
+        let unit = |rng: &mut Rng| {
             let v: Vec<f32> = (0..dim).map(|_| (rng.next() % 2000) as f32 / 1000.0 - 1.0).collect();
             let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
             v.into_iter().map(|x| x / norm).collect::<Vec<f32>>()

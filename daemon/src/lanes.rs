@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::engine::Engine;
 
@@ -20,11 +20,17 @@ pub struct Lanes {
     workers: Vec<JoinHandle<()>>,
 }
 
-/// Which memories a worker is running, and which of those were notified meanwhile.
+/// How long a memory whose job failed waits before its lane runs again (a failed job counts an
+/// attempt and is parked after a few; without this its lane would wait for the memory's next op).
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// Which memories a worker is running, which of those were notified meanwhile, and which wait
+/// to be tried again after a failure.
 #[derive(Default)]
 struct Claims {
     busy: HashSet<String>,
     again: HashSet<String>,
+    retry: Vec<(Instant, String)>,
 }
 
 impl Claims {
@@ -73,9 +79,10 @@ impl Lanes {
         let workers = (0..workers.max(1))
             .map(|i| {
                 let (engine, rx, claims, stop) = (engine.clone(), rx.clone(), claims.clone(), stop.clone());
+                let tx = tx.clone();
                 std::thread::Builder::new()
                     .name(format!("recalld-lane-{i}"))
-                    .spawn(move || work(&engine, &rx, &claims, &stop))
+                    .spawn(move || work(&engine, &rx, &tx, &claims, &stop))
                     .expect("spawn lane worker")
             })
             .collect();
@@ -96,9 +103,26 @@ impl Lanes {
     }
 }
 
-fn work(engine: &Engine, rx: &Mutex<Receiver<String>>, claims: &Mutex<Claims>, stop: &AtomicBool) {
+fn work(
+    engine: &Engine,
+    rx: &Mutex<Receiver<String>>,
+    tx: &mpsc::Sender<String>,
+    claims: &Mutex<Claims>,
+    stop: &AtomicBool,
+) {
     let claims = || claims.lock().unwrap_or_else(|e| e.into_inner());
     while !stop.load(Ordering::SeqCst) {
+        {
+            let mut c = claims();
+            let now = Instant::now();
+            c.retry.retain(|(at, memory)| {
+                let due = *at <= now;
+                if due {
+                    let _ = tx.send(memory.clone());
+                }
+                !due
+            });
+        }
         let next = rx
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -114,8 +138,15 @@ fn work(engine: &Engine, rx: &Mutex<Receiver<String>>, claims: &Mutex<Claims>, s
         let span = tracing::debug_span!("lane", memory = %memory);
         let _enter = span.enter();
         loop {
-            drain(engine, &memory, stop);
-            if stop.load(Ordering::SeqCst) || !claims().release(&memory) {
+            let left = drain(engine, &memory, stop);
+            if stop.load(Ordering::SeqCst) {
+                break;
+            }
+            let mut c = claims();
+            if left && !c.again.contains(&memory) {
+                c.retry.push((Instant::now() + RETRY_AFTER, memory.clone()));
+            }
+            if !c.release(&memory) {
                 break;
             }
         }
@@ -123,7 +154,8 @@ fn work(engine: &Engine, rx: &Mutex<Receiver<String>>, claims: &Mutex<Claims>, s
 }
 
 /// Runs the memory's jobs, oldest first, until none is left (or a job fails, or we stop).
-fn drain(engine: &Engine, memory: &str, stop: &AtomicBool) {
+/// True when jobs are left that can still run (one failed): the caller tries again later.
+fn drain(engine: &Engine, memory: &str, stop: &AtomicBool) -> bool {
     while !stop.load(Ordering::SeqCst) {
         match engine.run_next_job(memory) {
             Ok(true) => continue,
@@ -135,4 +167,5 @@ fn drain(engine: &Engine, memory: &str, stop: &AtomicBool) {
             }
         }
     }
+    !stop.load(Ordering::SeqCst) && engine.has_waiting_job(memory).unwrap_or(true)
 }

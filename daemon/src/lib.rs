@@ -56,6 +56,11 @@ pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>
             Err(e) => tracing::error!(error = %e, "cannot queue re-embedding"),
         }
     }
+    match engine.check_indexes() {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(memories = n, "search indexes behind the store; indexing in the background"),
+        Err(e) => tracing::error!(error = %e, "cannot check the search indexes"),
+    }
     let listener = server::Listener::open(&settings.socket, settings.socket_mode, settings.socket_group.as_deref())?;
     tracing::info!(socket = %listener.display, data = %settings.data_dir.display(), "listening");
     println!(

@@ -76,11 +76,7 @@ impl Engine {
             // one was contradicted). A note's facts stay while any episode they (or their
             // restatements) were written for is sealed, and leave with the last of them:
             // forgetting one small episode does not drop a whole note.
-            .filter(|f| {
-                f.is_active()
-                    && f.all_episodes()
-                        .any(|e| st.episodes.get(e as usize).is_some_and(|e| e.state == EpisodeState::Sealed))
-            })
+            .filter(|f| super::recall::in_facts_block(st, f))
             .map(|f| (f, activations[f.n as usize]))
             .collect();
         facts.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.n.cmp(&a.0.n)));
@@ -163,7 +159,13 @@ impl Engine {
             // trim it, so the request's own items go as sent, with our blocks around them.
             messages.extend(parsed.history.iter().cloned());
         } else {
-            messages.extend(view.iter().flat_map(|m| m.message.to_format(format)));
+            for m in &view {
+                // A recall block stays just before the user message it was made for.
+                if let Some(b) = st.recalls.get(&m.seq).filter(|b| !b.text.is_empty()) {
+                    messages.push(Message::new(format, role, b.text.clone()));
+                }
+                messages.extend(m.message.to_format(format));
+            }
         }
         let mut extra_tools = Vec::new();
         if let Some(text) = &ask {

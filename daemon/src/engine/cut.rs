@@ -61,6 +61,7 @@ impl Engine {
                     acknowledged: false,
                     facts: Vec::new(),
                     changed_at: ms[ms.len() - 1].at,
+                    passaged: false,
                 }
             })
             .collect();

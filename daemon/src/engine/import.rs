@@ -1,12 +1,15 @@
 //! import: a memory created from what `export` returned, every record as it was (sequence
 //! numbers, times, turns, episodes, traces, facts, queued jobs), so export → import → export
 //! changes nothing but the memory's name (and a `Reembed` job queued for the vectors). Derived
-//! records are rebuilt from these: the graph's aliases and edges at once, vectors in the lane.
+//! records are rebuilt from these: the graph's aliases and edges at once, vectors and the
+//! search indexes in the lane.
 
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
-use super::records::{Entity, Episode, Fact, Job, JobKind, MemoryRecord, Source, StoredMessage, Trace, UnitScore};
+use super::records::{
+    Entity, Episode, Fact, Job, JobKind, MemoryRecord, Passage, RecallBlock, Source, StoredMessage, Trace, UnitScore,
+};
 use super::{graph, state, Engine, EngineError};
 use crate::formats::{self, Format, Role};
 use crate::store::{keys, Table};
@@ -47,6 +50,27 @@ impl Engine {
         } else {
             Vec::new()
         };
+        let mut episodes = episodes;
+        let passages: Vec<Passage> = if export.get("passages").is_some() {
+            field(export, "passages")?
+        } else {
+            // An export from before passages: the lane cuts the sealed episodes again.
+            for e in &mut episodes {
+                e.passaged = false;
+            }
+            record.next_passage = 0;
+            Vec::new()
+        };
+        if passages.iter().enumerate().any(|(i, p)| p.n != i as u64) || passages.len() as u64 > record.next_passage {
+            return Err(EngineError::InvalidArgument(
+                "export.passages must be numbered 0, 1, … below record.next_passage".into(),
+            ));
+        }
+        let recalls: Vec<RecallBlock> = if export.get("recalls").is_some() {
+            field(export, "recalls")?
+        } else {
+            Vec::new()
+        };
         check_numbering(&record, &messages, &episodes, &facts, &jobs)?;
 
         let exists = self
@@ -62,12 +86,23 @@ impl Engine {
                 "export.entities must be numbered 0, 1, … below record.next_entity".into(),
             ));
         }
-        // Vectors are derived: embedded again by the lane (a Reembed job embeds what has none).
-        if !facts.is_empty() || !entities.is_empty() {
+        // Vectors are derived: embedded again by the lane (a Reembed job embeds what has none,
+        // then queues the indexing); without any, the indexes are built by an Index job.
+        if !facts.is_empty() || !entities.is_empty() || !passages.is_empty() {
             jobs.push(Job {
                 n: record.next_job,
                 at: record.updated_at,
                 job: JobKind::Reembed,
+                queued_at: state::wall_clock(),
+                attempts: 0,
+                error: None,
+            });
+            record.next_job += 1;
+        } else if episodes.iter().any(|e| !e.passaged) {
+            jobs.push(Job {
+                n: record.next_job,
+                at: record.updated_at,
+                job: JobKind::Index,
                 queued_at: state::wall_clock(),
                 attempts: 0,
                 error: None,
@@ -102,6 +137,12 @@ impl Engine {
             }
             for f in &facts {
                 w.put(Table::Facts, &keys::seq(id, f.n), f)?;
+            }
+            for p in &passages {
+                w.put(Table::Passages, &keys::seq(id, p.n), p)?;
+            }
+            for b in &recalls {
+                w.put(Table::Recall, &keys::seq(id, b.seq), b)?;
             }
             for j in &jobs {
                 w.put(Table::Jobs, &keys::seq(id, j.n), j)?;

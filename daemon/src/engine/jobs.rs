@@ -1,5 +1,7 @@
 //! Background jobs of one memory (run by `lanes`): judging new facts against the remembered
-//! episodes, judging the boundary scores of closed units, and cutting long history.
+//! episodes, judging the boundary scores of closed units, cutting long history, placing facts
+//! in the graph, cutting sealed episodes into passages and indexing them, distilling recall
+//! blocks.
 //!
 //! Every job follows one rule, so decorate and report never wait on a model: copy what the job
 //! judges out of the memory's state under its lock (microseconds, from the cached state when
@@ -9,9 +11,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::cut::{self, truncate, UnitBatch, CONTEXT_UNITS, UNIT_TEXT_CHARS};
-use super::records::{EpisodeState, Fact, JobKind, TraceKind, UnitScore, VectorKind, VectorRecord};
+use super::records::{EpisodeState, Fact, JobKind, Passage, TraceKind, UnitScore, VectorKind, VectorRecord};
 use super::state::{self, State};
-use super::{graph, Engine, EngineError};
+use super::{distill, graph, indexing, Engine, EngineError};
 use crate::store::{keys, Table};
 use crate::models::{BoundaryScore, CallCtx};
 
@@ -50,6 +52,9 @@ enum Snapshot {
     /// Facts to place in the graph (the planner reads the store itself; see `graph`).
     Graph(Vec<u64>),
     Reembed,
+    /// Passages of sealed episodes, to embed (possibly none: the job then only indexes).
+    Passages(Vec<Passage>),
+    Distill(distill::Snapshot),
     /// The job judges nothing (a cut is arithmetic).
     Nothing,
 }
@@ -62,6 +67,10 @@ enum Judged {
     Graph(graph::Plan),
     /// New embeddings, and whether more are left for another job.
     Vectors(Vec<(VectorKind, u64, VectorRecord)>, bool),
+    /// Passages with their vectors (model name, one per passage) when there is an embedder.
+    Passages(Vec<Passage>, Option<(String, Vec<Vec<f32>>)>),
+    /// The indices of a recall block's items to keep.
+    Distilled { seq: u64, keep: Vec<usize> },
     /// The model failed: the job stays queued, counted as a failed attempt.
     Failed(String),
     Nothing,
@@ -71,6 +80,11 @@ enum Judged {
 const REEMBED_BATCH: usize = 256;
 
 impl Engine {
+    /// Whether the memory has a job that is not parked.
+    pub fn has_waiting_job(&self, memory: &str) -> Result<bool, EngineError> {
+        Ok(self.store.read(|r| state::oldest_job(r, memory))?.is_some())
+    }
+
     /// Runs the oldest queued job of `memory`, if any; returns whether one ran. Only one lane
     /// worker runs a memory's jobs at a time (see `lanes`), so a job is applied once.
     pub fn run_next_job(&self, memory: &str) -> Result<bool, EngineError> {
@@ -94,10 +108,10 @@ impl Engine {
                 c.failures.fetch_add(1, Ordering::Relaxed);
                 return Ok(false);
             }
-            Judged::Vectors(..) | Judged::Nothing => 0,
+            Judged::Vectors(..) | Judged::Passages(..) | Judged::Distilled { .. } | Judged::Nothing => 0,
         };
         let lock = self.lock(memory);
-        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let held = lock.lock().unwrap_or_else(|e| e.into_inner());
         // The memory may have been forgotten while the job judged: then nothing is applied
         // (saving would bring it back).
         let job_key = keys::seq(memory, job.n);
@@ -129,16 +143,55 @@ impl Engine {
                 }
                 if more {
                     st.push_job(JobKind::Reembed, job.at);
+                } else if self.indexes.is_some() {
+                    // Every vector is the new model's now: the vector index is built again.
+                    self.drop_indexes(memory);
+                    st.push_job(JobKind::Index, job.at);
                 }
             }
+            Judged::Passages(passages, vectors) => {
+                if !passages.is_empty() && !indexing::apply_passages(&mut st, passages, vectors) {
+                    self.keep(st);
+                    return Ok(true);
+                }
+            }
+            Judged::Distilled { seq, keep } => distill::apply(&mut st, &self.store, seq, &keep),
             Judged::Failed(_) | Judged::Nothing => {}
         }
         if job.job == JobKind::Cut {
             let budget = self.cut_budget(&st);
             self.cut(&mut st, budget, false);
         }
-        st.finish_job(job.n, &job.job);
-        self.save_and_keep(st)?;
+        if job.job == JobKind::Index {
+            // Passages are stored first; the indexes (derived data) are written after the
+            // store, without the lock; the job is removed only then, so `quiet` returning means
+            // searches see everything. A failure leaves the marks behind, and the next index
+            // job (or the check at start) adds what is missing.
+            self.save_and_keep(st)?;
+            drop(held);
+            if let Err(e) = self.update_indexes(memory) {
+                tracing::warn!(memory, error = %e, "search indexes not updated");
+            }
+            let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+            if !self.store.read(|r| Ok(r.get::<serde::de::IgnoredAny>(Table::Jobs, &job_key)?.is_some()))? {
+                return Ok(true); // forgotten meanwhile
+            }
+            let mut st = self.take_state(memory, 0.0)?;
+            st.finish_job(job.n, &job.job);
+            if st.needs_passages() {
+                st.push_job(JobKind::Index, job.at);
+            }
+            self.save_and_keep(st)?;
+        } else {
+            st.finish_job(job.n, &job.job);
+            self.save_and_keep(st)?;
+            if let JobKind::Graph { facts } = &job.job {
+                drop(held);
+                if let Err(e) = self.index_fact_vectors(memory, facts) {
+                    tracing::warn!(memory, error = %e, "fact vectors not indexed");
+                }
+            }
+        }
         c.jobs_run.fetch_add(1, Ordering::Relaxed);
         Ok(true)
     }
@@ -164,12 +217,23 @@ impl Engine {
             JobKind::Graph { facts } => Snapshot::Graph(facts.clone()),
             JobKind::Reembed => Snapshot::Reembed,
             JobKind::Cut => Snapshot::Nothing,
+            JobKind::Index => Snapshot::Passages(indexing::passage_drafts(st)),
+            JobKind::Distill { seq } => {
+                distill::snapshot(st, &self.store, *seq).map_or(Snapshot::Nothing, Snapshot::Distill)
+            }
         }
     }
 
     /// Runs the judge on a snapshot; no lock is held. Without a judge, or when it fails,
     /// nothing is returned for what was not judged: nothing is invented.
     fn judge_snapshot(&self, memory: &str, snapshot: Snapshot) -> Judged {
+        if let Snapshot::Passages(passages) = snapshot {
+            // Passages are stored (and indexed by words) even without an embedder.
+            return match self.embed_passages(memory, &passages) {
+                Ok(vectors) => Judged::Passages(passages, vectors),
+                Err(e) => Judged::Failed(e),
+            };
+        }
         let Some(models) = &self.models else { return Judged::Nothing };
         let ctx = CallCtx { memory };
         match snapshot {
@@ -216,7 +280,11 @@ impl Engine {
                 Ok((vectors, more)) => Judged::Vectors(vectors, more),
                 Err(e) => Judged::Failed(e),
             },
-            Snapshot::Nothing => Judged::Nothing,
+            Snapshot::Distill(snap) => match snap.judge(models.judge.as_ref(), memory) {
+                Ok(keep) => Judged::Distilled { seq: snap.seq, keep },
+                Err(e) => Judged::Failed(e.to_string()),
+            },
+            Snapshot::Passages(_) | Snapshot::Nothing => Judged::Nothing,
         }
     }
 
@@ -246,6 +314,16 @@ impl Engine {
                             return Ok(false);
                         }
                         stale.push((VectorKind::Fact, f.n, f.note));
+                    }
+                    Ok(true)
+                })?;
+                r.visit(Table::Passages, &prefix, &prefix, |_, p: Passage| {
+                    if !current(r, VectorKind::Passage, p.n)? {
+                        if stale.len() == REEMBED_BATCH {
+                            more = true;
+                            return Ok(false);
+                        }
+                        stale.push((VectorKind::Passage, p.n, p.text));
                     }
                     Ok(true)
                 })?;
@@ -285,7 +363,7 @@ impl Engine {
         let memories: Vec<String> = self.store.read(|r| {
             let mut ids = Vec::new();
             r.visit(Table::Memories, b"", b"", |_, m: super::records::MemoryRecord| {
-                if m.next_entity > 0 || m.next_fact > 0 {
+                if m.next_entity > 0 || m.next_fact > 0 || m.next_passage > 0 {
                     ids.push(m.id);
                 }
                 Ok(true)

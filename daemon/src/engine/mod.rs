@@ -11,14 +11,18 @@ mod assemble;
 mod blocks;
 mod budget;
 mod cut;
+mod distill;
 mod fade;
 pub mod graph;
 mod import;
+mod indexing;
 mod ingest;
 mod jobs;
 mod notes;
 mod pairing;
+mod passages;
 mod quiet;
+mod recall;
 pub mod records;
 mod retry;
 mod state;
@@ -61,6 +65,11 @@ pub struct EngineConfig {
     pub lane_workers: usize,
     /// Memories whose loaded state is kept between ops (most recently used).
     pub cached_memories: usize,
+    /// Largest recall block, in tokens (it also fits in what the history budget leaves).
+    pub recall_tokens: u64,
+    /// How long decorate waits for the embedder to embed a new user message for recall; past
+    /// it, recall searches by words only.
+    pub recall_deadline_ms: u64,
 }
 
 impl Default for EngineConfig {
@@ -73,6 +82,8 @@ impl Default for EngineConfig {
             max_episodes_judged: 32,
             lane_workers: 1,
             cached_memories: 64,
+            recall_tokens: 4_000,
+            recall_deadline_ms: 300,
         }
     }
 }
@@ -89,6 +100,8 @@ pub enum EngineError {
     Format(#[from] FormatError),
     #[error("store: {0}")]
     Store(#[from] StoreError),
+    #[error("search index: {0}")]
+    Index(String),
 }
 
 impl EngineError {
@@ -102,6 +115,10 @@ impl EngineError {
             EngineError::Store(e) => {
                 tracing::error!(error = %e, "store failure");
                 ErrorBody::new(ErrorCode::Internal, "storage failure; see the daemon log")
+            }
+            EngineError::Index(e) => {
+                tracing::error!(error = %e, "search index failure");
+                ErrorBody::new(ErrorCode::Internal, "search index failure; see the daemon log")
             }
         }
     }
@@ -118,6 +135,9 @@ pub struct Engine {
     cache: Mutex<StateCache>,
     note_costs: NoteCosts,
     lane_counters: jobs::LaneCounters,
+    /// Word and vector indexes of facts and passages, under `<data>/index` (None when they
+    /// cannot be opened: recall is then off, and says so in the log).
+    indexes: Option<crate::index::Indexes>,
 }
 
 #[derive(Default)]
@@ -147,6 +167,14 @@ impl Engine {
     /// cuts go by size and facts are not scored against episodes.
     pub fn new(store: Arc<Store>, models: Option<Models>, config: EngineConfig) -> Engine {
         let note_costs = NoteCosts::new(&config.note_tool);
+        let dim = models.as_ref().map(|m| m.embedder.id().dim);
+        let indexes = match crate::index::Indexes::open(&store.path().join("index"), dim) {
+            Ok(ix) => Some(ix),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot open the search indexes; recall is off");
+                None
+            }
+        };
         Engine {
             store,
             models,
@@ -156,6 +184,7 @@ impl Engine {
             cache: Mutex::default(),
             note_costs,
             lane_counters: jobs::LaneCounters::default(),
+            indexes,
         }
     }
 
@@ -216,6 +245,13 @@ impl Engine {
         }
     }
 
+    /// Queues the indexing of facts this op wrote and of episodes sealed without passages.
+    fn queue_indexing(&self, st: &mut State, now: f64) {
+        if self.indexes.is_some() && (st.wrote_facts() || st.needs_passages()) {
+            st.push_job(JobKind::Index, now);
+        }
+    }
+
     fn ratio(&self, st: &State, model: Option<&str>) -> Option<f64> {
         model.and_then(|m| st.memory.ratios.get(m).copied())
     }
@@ -224,6 +260,8 @@ impl Engine {
     pub fn decorate(&self, args: DecorateArgs) -> Result<DecorateReply, EngineError> {
         let now = now_or(args.now)?;
         let parsed = formats::parse_request(&args.request)?;
+        // A user message ending the request is embedded for recall before the lock is taken.
+        let query = self.recall_query(&args.memory, &parsed);
         let lock = self.lock(&args.memory);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
         // A dry run works on a fresh copy from the store and keeps nothing.
@@ -294,6 +332,34 @@ impl Engine {
             measure = self.measure(&st, &parsed, ratio);
         }
 
+        // 5. Recall for a new user message, in what the history budget leaves; the block is
+        // stored with the message and counted in its size from now on.
+        let mut recall_info = Value::Null;
+        let new_user_seq = st
+            .history()
+            .last()
+            .filter(|m| new_user && m.message.role == Role::User)
+            .map(|m| m.seq);
+        if let (Some(q), Some(seq)) = (&query, new_user_seq) {
+            let room = measure.budget.history.saturating_sub(measure.view).min(self.config.recall_tokens);
+            let recalled = self.recall(&st, q, seq, room, now);
+            recall_info = recalled.info;
+            if let Some(block) = recalled.block {
+                let m = st.message_mut(seq);
+                m.tokens = m.tokens.saturating_add(block.tokens as u32);
+                measure.view += tokens::corrected(block.tokens, ratio);
+                st.put_recall(block);
+            }
+        }
+        // The previous message's block is distilled now that the conversation moved on.
+        if let Some(seq) = new_user_seq {
+            let previous = st.recalls.range(..seq).next_back().filter(|(_, b)| !b.distilled).map(|(s, _)| *s);
+            if let Some(p) = previous {
+                st.push_job(JobKind::Distill { seq: p }, now);
+            }
+        }
+        self.queue_indexing(&mut st, now);
+
         st.memory.last_budget = Some(measure.budget.history);
         // A turn just closed: its units are judged in the lane, so a later cut is arithmetic.
         if new_user && self.models.is_some() && cut::needs_scoring(&st) {
@@ -334,6 +400,7 @@ impl Engine {
             "note_ask": assembled.note_ask,
             "hidden_for_ceiling": assembled.hidden,
             "in_view": assembled.in_view,
+            "recall": recall_info,
             "episodes": st.episodes.iter().map(|e| json!({
                 "n": e.n, "state": e.state, "turns": [e.first_turn, e.last_turn],
                 "seqs": [e.first_seq, e.last_seq], "tokens": e.tokens,
@@ -408,6 +475,7 @@ impl Engine {
         if self.cut_ready(&st, self.cut_budget(&st)) {
             st.push_job(JobKind::Cut, now);
         }
+        self.queue_indexing(&mut st, now);
         st.memory.updated_at = now;
         let again = retry::again(&response, &removed)?;
         let queued = st.has_new_jobs();
@@ -437,6 +505,8 @@ impl Engine {
             "edges": st.facts.iter().filter_map(|f| Some(json!({
                 "fact": f.n, "subject": f.subject_entity?, "object": f.object_entity?,
             }))).collect::<Vec<_>>(),
+            "passages": self.store.read(|r| r.scan::<records::Passage>(crate::store::Table::Passages, &crate::store::keys::memory_prefix(memory)))?,
+            "recalls": st.recalls.values().collect::<Vec<_>>(),
             "jobs": self.store.read(|r| r.scan::<records::Job>(crate::store::Table::Jobs, &crate::store::keys::memory_prefix(memory)))?,
         }))
     }
@@ -455,6 +525,7 @@ impl Engine {
         if removed.is_empty() {
             return Err(EngineError::NotFound(format!("no memory {memory:?}")));
         }
+        self.drop_indexes(memory);
         tracing::info!(memory, ?removed, "memory forgotten");
         Ok(removed)
     }

@@ -47,6 +47,9 @@ pub struct MemoryRecord {
     /// enough, since each does all there is when it runs, so a busy lane stays bounded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queued_kinds: Vec<String>,
+    /// Passages stored so far (the next passage's number).
+    #[serde(default)]
+    pub next_passage: u64,
     /// The history budget of the last decorate: background cuts size episodes by it.
     #[serde(default)]
     pub last_budget: Option<u64>,
@@ -90,6 +93,7 @@ impl MemoryRecord {
             next_job: 0,
             next_entity: 0,
             queued_kinds: Vec::new(),
+            next_passage: 0,
             last_budget: None,
             instructions: Vec::new(),
         }
@@ -205,6 +209,9 @@ pub struct Episode {
     pub facts: Vec<u64>,
     #[serde(default)]
     pub changed_at: f64,
+    /// Whether the episode has been cut into passages (done in the lane once it seals).
+    #[serde(default)]
+    pub passaged: bool,
 }
 
 /// Why a trace exists.
@@ -352,6 +359,53 @@ pub struct Entity {
 pub enum VectorKind {
     Fact = 0,
     Entity = 1,
+    Passage = 2,
+}
+
+/// A stretch of a sealed episode (whole units), searchable by words and meaning; recall shows
+/// it as an excerpt. `text` is the messages as the excerpt shows them.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Passage {
+    pub n: u64,
+    pub episode: u64,
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub first_turn: u64,
+    pub last_turn: u64,
+    /// When its first message was stored.
+    pub at: f64,
+    pub tokens: u64,
+    pub text: String,
+}
+
+/// A recall block, stored with the user message it precedes and kept in the request from then
+/// on. Its tokens are counted in that message's size, so the fade accounts for it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RecallBlock {
+    /// The user message it precedes.
+    pub seq: u64,
+    pub turn: u64,
+    pub at: f64,
+    pub text: String,
+    pub tokens: u64,
+    pub items: Vec<RecallItem>,
+    /// Set once the lane has distilled it at the next user message; then it never changes.
+    #[serde(default)]
+    pub distilled: bool,
+}
+
+/// One recalled fact or passage, with where it came from.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RecallItem {
+    /// "fact" or "passage".
+    pub kind: String,
+    pub n: u64,
+    /// The fused score (reciprocal rank fusion over the searches that found it).
+    pub score: f64,
+    /// The searches that found it ("words:message", "meaning:part 2", "walk", ...).
+    pub searches: Vec<String>,
+    pub turns: [u64; 2],
+    pub seqs: [u64; 2],
 }
 
 /// An embedding as stored (derived data, with the model that made it so a change is seen).
@@ -376,6 +430,10 @@ pub enum JobKind {
     Graph { facts: Vec<u64> },
     /// Embed again what the previous embedding model embedded.
     Reembed,
+    /// Cut sealed episodes into passages and bring the memory's search indexes up to date.
+    Index,
+    /// Distill the recall block before user message `seq` to what the conversation used.
+    Distill { seq: u64 },
 }
 
 /// A closed unit's boundary scores, judged once in the lane and kept until history is cut.
@@ -419,6 +477,7 @@ impl JobKind {
         match self {
             JobKind::ScoreUnits => Some("score_units"),
             JobKind::Cut => Some("cut"),
+            JobKind::Index => Some("index"),
             _ => None,
         }
     }

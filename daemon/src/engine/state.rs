@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::records::{
-    Entity, Episode, EpisodeState, Fact, Job, JobKind, MemoryRecord, StoredMessage, Trace, TraceKind, UnitScore,
-    VectorKind, VectorRecord,
+    Entity, Episode, EpisodeState, Fact, Job, JobKind, MemoryRecord, Passage, RecallBlock, StoredMessage, Trace,
+    TraceKind, UnitScore, VectorKind, VectorRecord,
 };
 use crate::store::{keys, Reader, StoreError, Table, Writer};
 
@@ -21,9 +21,14 @@ pub struct State {
     pub entities: Vec<Entity>,
     /// Boundary scores of units not cut yet, by first seq (older ones stay in the store).
     pub unit_scores: BTreeMap<u64, UnitScore>,
+    /// Recall blocks by the seq of the user message each precedes.
+    pub recalls: BTreeMap<u64, RecallBlock>,
     /// Whether the memory existed before this op.
     pub existed: bool,
     dirty_messages: BTreeSet<u64>,
+    dirty_recalls: BTreeSet<u64>,
+    /// Write-only: passages cut from sealed episodes (read back from the store by recall).
+    new_passages: Vec<Passage>,
     dirty_episodes: BTreeSet<u64>,
     dirty_units: BTreeSet<u64>,
     dirty_facts: BTreeSet<u64>,
@@ -66,8 +71,15 @@ impl State {
             traces,
             entities: r.scan(Table::Entities, &prefix)?,
             unit_scores,
+            recalls: r
+                .scan::<RecallBlock>(Table::Recall, &prefix)?
+                .into_iter()
+                .map(|b| (b.seq, b))
+                .collect(),
             existed,
             dirty_messages: BTreeSet::new(),
+            dirty_recalls: BTreeSet::new(),
+            new_passages: Vec::new(),
             dirty_episodes: BTreeSet::new(),
             dirty_units: BTreeSet::new(),
             dirty_facts: BTreeSet::new(),
@@ -91,6 +103,14 @@ impl State {
         }
         for n in &self.dirty_episodes {
             w.put(Table::Episodes, &keys::seq(id, *n), &self.episodes[*n as usize])?;
+        }
+        for seq in &self.dirty_recalls {
+            if let Some(b) = self.recalls.get(seq) {
+                w.put(Table::Recall, &keys::seq(id, *seq), b)?;
+            }
+        }
+        for p in &self.new_passages {
+            w.put(Table::Passages, &keys::seq(id, p.n), p)?;
         }
         for seq in &self.dirty_units {
             if let Some(u) = self.unit_scores.get(seq) {
@@ -132,6 +152,8 @@ impl State {
     /// reused by the next op (it equals what the store holds).
     pub fn mark_saved(&mut self) {
         self.dirty_messages.clear();
+        self.dirty_recalls.clear();
+        self.new_passages.clear();
         self.dirty_episodes.clear();
         self.dirty_units.clear();
         self.dirty_facts.clear();
@@ -167,6 +189,32 @@ impl State {
         });
     }
 
+    /// Stores (or replaces) the recall block before user message `block.seq`.
+    pub fn put_recall(&mut self, block: RecallBlock) {
+        self.dirty_recalls.insert(block.seq);
+        self.recalls.insert(block.seq, block);
+    }
+
+    /// Stores passages cut from a sealed episode (numbered by the caller from `next_passage`).
+    pub fn push_passages(&mut self, passages: Vec<Passage>) {
+        if let Some(last) = passages.last() {
+            self.memory.next_passage = self.memory.next_passage.max(last.n + 1);
+        }
+        self.new_passages.extend(passages);
+    }
+
+    /// Whether this op wrote facts (they are to be indexed).
+    pub fn wrote_facts(&self) -> bool {
+        self.new_facts > 0
+    }
+
+    /// Whether sealed or forgotten episodes wait to be cut into passages.
+    pub fn needs_passages(&self) -> bool {
+        self.episodes
+            .iter()
+            .any(|e| matches!(e.state, EpisodeState::Sealed | EpisodeState::Forgotten) && !e.passaged)
+    }
+
     pub fn has_new_jobs(&self) -> bool {
         !self.new_jobs.is_empty()
     }
@@ -200,7 +248,7 @@ impl State {
     }
 
     /// Messages in the history (not superseded, not note calls), in order.
-    pub fn history(&self) -> impl Iterator<Item = &StoredMessage> {
+    pub fn history(&self) -> impl DoubleEndedIterator<Item = &StoredMessage> {
         self.messages.iter().filter(|m| m.in_history())
     }
 

@@ -64,6 +64,88 @@ fn ensure_memory_dir(root: &Path, memory: &str) -> Result<PathBuf, IndexError> {
     Ok(dir)
 }
 
+/// A memory's two indexes under one root, and the marks that say what they hold.
+pub struct Indexes {
+    root: PathBuf,
+    pub words: words::Words,
+    /// None without an embedder (then recall searches by words only).
+    pub vectors: Option<vectors::Vectors>,
+}
+
+/// What a memory's indexes hold: every fact numbered below `facts` and every passage below
+/// `passages` (written after both indexes are durable, so a crash leaves them behind, never
+/// ahead: the next indexing adds again what may be missing, and adding is idempotent).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Marks {
+    pub facts: u64,
+    pub passages: u64,
+}
+
+const MARKS_FILE: &str = "marks.json";
+/// Memories whose word index stays open at once.
+const OPEN_WORD_INDEXES: usize = 64;
+
+impl Indexes {
+    /// The indexes under `root`, with a vector index of `dim` dimensions when there is an
+    /// embedder.
+    pub fn open(root: &Path, dim: Option<usize>) -> Result<Indexes, IndexError> {
+        Ok(Indexes {
+            root: root.to_path_buf(),
+            words: words::Words::open(root, OPEN_WORD_INDEXES)?,
+            vectors: dim.map(|d| vectors::Vectors::open(root, d)).transpose()?,
+        })
+    }
+
+    /// What the memory's indexes hold; None when they were never written (or were deleted).
+    pub fn marks(&self, memory: &str) -> Option<Marks> {
+        let path = memory_dir(&self.root, memory).join(MARKS_FILE);
+        let bytes = std::fs::read(path).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Records what the memory's indexes hold, once both are durable.
+    pub fn set_marks(&self, memory: &str, marks: Marks) -> Result<(), IndexError> {
+        let dir = ensure_memory_dir(&self.root, memory)?;
+        let (tmp, path) = (dir.join("marks.json.tmp"), dir.join(MARKS_FILE));
+        let bytes = serde_json::to_vec(&marks).unwrap_or_default();
+        std::fs::write(&tmp, bytes).map_err(|e| IndexError::io(&tmp, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| IndexError::io(&path, e))
+    }
+
+    /// Makes staged writes durable in both indexes.
+    pub fn commit(&self, memory: &str) -> Result<(), IndexError> {
+        self.words.commit(memory)?;
+        if let Some(v) = &self.vectors {
+            v.save(memory)?;
+        }
+        Ok(())
+    }
+
+    /// Throws away everything held for the memory (marks first, so a crash midway rebuilds).
+    pub fn drop_memory(&self, memory: &str) -> Result<(), IndexError> {
+        let marks = memory_dir(&self.root, memory).join(MARKS_FILE);
+        match std::fs::remove_file(&marks) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(IndexError::io(&marks, e)),
+        }
+        self.words.drop_memory(memory)?;
+        if let Some(v) = &self.vectors {
+            v.drop_memory(memory)?;
+        }
+        Ok(())
+    }
+
+    /// Commits and saves every open index (at shutdown).
+    pub fn flush(&self) -> Result<(), IndexError> {
+        self.words.commit_all()?;
+        if let Some(v) = &self.vectors {
+            v.save_all()?;
+        }
+        Ok(())
+    }
+}
+
 /// How an index stands against the store's ids.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Diff {

@@ -37,7 +37,7 @@ pub enum Table {
     Facts,
     /// memory id + job number → queued background job.
     Jobs,
-    /// memory id + turn → recall block stored with that turn.
+    /// memory id + seq of the user message it precedes → the recall block stored with it.
     Recall,
     /// memory id + first seq of a closed unit → its boundary scores.
     Units,
@@ -47,12 +47,14 @@ pub enum Table {
     Aliases,
     /// memory id + entity + fact → the fact's other entity (each fact is an edge, stored from both ends).
     Edges,
-    /// memory id + kind + number → embedding with its model (facts and entities).
+    /// memory id + kind + number → embedding with its model (facts, entities, passages).
     Vectors,
+    /// memory id + passage number → a passage of a sealed episode (whole units, for recall).
+    Passages,
 }
 
 impl Table {
-    const ALL: [Table; 13] = [
+    const ALL: [Table; 14] = [
         Table::Meta,
         Table::Memories,
         Table::Messages,
@@ -66,6 +68,7 @@ impl Table {
         Table::Aliases,
         Table::Edges,
         Table::Vectors,
+        Table::Passages,
     ];
 
     /// The table's name in LMDB (and in receipts).
@@ -84,6 +87,7 @@ impl Table {
             Table::Aliases => "aliases",
             Table::Edges => "edges",
             Table::Vectors => "vectors",
+            Table::Passages => "passages",
         }
     }
 

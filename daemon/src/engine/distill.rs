@@ -1,0 +1,105 @@
+//! Distilling a recall block (the `Distill` lane job, queued at the next user message): the
+//! judge reads the block's items against the conversation that followed and keeps those that
+//! mattered and were not already said; the block is rewritten to them (or emptied) once, and
+//! from then on never changes, so the provider's cached prefix holds.
+
+use super::records::{Passage, RecallBlock};
+use super::recall::render_parts;
+use super::state::State;
+use super::tokens;
+use crate::models::{CallCtx, Judge, ModelError};
+use crate::store::{keys, Store, Table};
+
+/// Characters of conversation the judge reads after the block, at most (the latest kept).
+const CONVERSATION_CHARS: usize = 8_000;
+
+pub(super) struct Snapshot {
+    pub seq: u64,
+    items: Vec<String>,
+    conversation: String,
+}
+
+/// The block before user message `seq`, its items' texts and the conversation from that
+/// message on; None when there is no block to distill.
+pub(super) fn snapshot(st: &State, store: &Store, seq: u64) -> Option<Snapshot> {
+    let block = st.recalls.get(&seq).filter(|b| !b.distilled && !b.items.is_empty())?;
+    let items = block
+        .items
+        .iter()
+        .map(|i| match i.kind.as_str() {
+            "fact" => st.fact(i.n).map(|f| f.note.clone()).unwrap_or_default(),
+            _ => passage(st, store, i.n).map(|p| p.text).unwrap_or_default(),
+        })
+        .collect();
+    let mut conversation: String = st
+        .history()
+        .filter(|m| m.seq >= seq)
+        .map(|m| format!("{}: {}\n", m.message.role.as_str(), m.message.text))
+        .collect();
+    if conversation.len() > CONVERSATION_CHARS {
+        let mut cut = conversation.len() - CONVERSATION_CHARS;
+        while !conversation.is_char_boundary(cut) {
+            cut += 1;
+        }
+        conversation = conversation[cut..].to_owned();
+    }
+    Some(Snapshot {
+        seq,
+        items,
+        conversation,
+    })
+}
+
+impl Snapshot {
+    /// Runs the judge (no lock held): the indices of the items to keep.
+    pub(super) fn judge(&self, judge: &dyn Judge, memory: &str) -> Result<Vec<usize>, ModelError> {
+        let refs: Vec<&str> = self.items.iter().map(String::as_str).collect();
+        judge.distill(&CallCtx::new(memory), &refs, &self.conversation)
+    }
+}
+
+/// Rewrites the block to the kept items, if it is still the one judged, and moves its user
+/// message's size by the difference.
+pub(super) fn apply(st: &mut State, store: &Store, seq: u64, keep: &[usize]) {
+    let Some(block) = st.recalls.get(&seq).filter(|b| !b.distilled).cloned() else {
+        return;
+    };
+    let items: Vec<_> = keep.iter().filter_map(|&i| block.items.get(i).cloned()).collect();
+    let facts: Vec<_> = items
+        .iter()
+        .filter(|i| i.kind == "fact")
+        .filter_map(|i| st.fact(i.n))
+        .collect();
+    let passages: Vec<Passage> = items
+        .iter()
+        .filter(|i| i.kind == "passage")
+        .filter_map(|i| passage(st, store, i.n))
+        .collect();
+    let (text, size) = if facts.is_empty() && passages.is_empty() {
+        (String::new(), 0)
+    } else {
+        let refs: Vec<&Passage> = passages.iter().collect();
+        let text = render_parts(st, &facts, &refs);
+        let size = tokens::text_tokens(&text) as u64 + 4;
+        (text, size)
+    };
+    let distilled = RecallBlock {
+        text,
+        tokens: size,
+        items,
+        distilled: true,
+        ..block.clone()
+    };
+    if st.messages.iter().any(|m| m.seq == seq) {
+        let m = st.message_mut(seq);
+        m.tokens = (u64::from(m.tokens) + size).saturating_sub(block.tokens) as u32;
+    }
+    st.put_recall(distilled);
+}
+
+fn passage(st: &State, store: &Store, n: u64) -> Option<Passage> {
+    store
+        .read(|r| r.get(Table::Passages, &keys::seq(&st.memory.id, n)))
+        .ok()
+        .flatten()
+}

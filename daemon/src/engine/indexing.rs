@@ -1,0 +1,202 @@
+//! Keeping a memory's search indexes current (the `Index` lane job): sealed episodes are cut
+//! into passages, embedded without the lock and stored under it; then the facts and passages
+//! past the index's marks are added to the word and vector indexes, which are committed before
+//! the marks move. LMDB stays the truth: indexes behind their memory (or missing) are brought up
+//! to date or rebuilt, by the next job or by the check at start.
+
+use super::passages::passages_of;
+use super::records::{EpisodeState, Fact, JobKind, MemoryRecord, Passage, StoredMessage, VectorKind, VectorRecord};
+use super::recall::Doc;
+use super::state::State;
+use super::{Engine, EngineError};
+use crate::index::{IndexError, Marks};
+use crate::models::CallCtx;
+use crate::store::{keys, Table};
+
+/// Passages cut per job at most (whole episodes; more are left to the next job).
+const PASSAGES_PER_JOB: usize = 256;
+
+/// The passages of sealed episodes not cut yet, numbered from the memory's next passage.
+pub(super) fn passage_drafts(st: &State) -> Vec<Passage> {
+    let mut next = st.memory.next_passage;
+    let mut out = Vec::new();
+    for e in st
+        .episodes
+        .iter()
+        .filter(|e| matches!(e.state, EpisodeState::Sealed | EpisodeState::Forgotten) && !e.passaged)
+    {
+        if out.len() >= PASSAGES_PER_JOB {
+            break;
+        }
+        let ms: Vec<&StoredMessage> = st
+            .messages_in(e.first_seq, e.last_seq)
+            .filter(|m| m.in_history())
+            .collect();
+        let ps = passages_of(e.n, &ms, next);
+        next += ps.len() as u64;
+        out.extend(ps);
+    }
+    out
+}
+
+/// Stores the passages (and their vectors) whose episodes are still sealed and not cut, and
+/// marks those episodes cut. False when the state moved since the snapshot (plan again).
+pub(super) fn apply_passages(st: &mut State, passages: Vec<Passage>, vectors: Option<(String, Vec<Vec<f32>>)>) -> bool {
+    if passages.first().is_some_and(|p| p.n != st.memory.next_passage) {
+        return false;
+    }
+    let mut episodes: Vec<u64> = passages.iter().map(|p| p.episode).collect();
+    episodes.dedup();
+    if episodes.iter().any(|&e| st.episodes.get(e as usize).is_none_or(|e| e.passaged)) {
+        return false;
+    }
+    if let Some((model, vs)) = vectors {
+        for (p, v) in passages.iter().zip(vs) {
+            st.put_vector(VectorKind::Passage, p.n, VectorRecord { model: model.clone(), v });
+        }
+    }
+    for e in episodes {
+        st.episode_mut(e).passaged = true;
+    }
+    st.push_passages(passages);
+    true
+}
+
+impl Engine {
+    /// Embeds passage texts for the index (no lock held). None without an embedder.
+    pub(super) fn embed_passages(&self, memory: &str, passages: &[Passage]) -> Result<Option<(String, Vec<Vec<f32>>)>, String> {
+        let Some(models) = &self.models else { return Ok(None) };
+        if passages.is_empty() {
+            return Ok(None);
+        }
+        let texts: Vec<&str> = passages.iter().map(|p| p.text.as_str()).collect();
+        let vs = models.embedder.embed(&CallCtx::new(memory), &texts).map_err(|e| e.to_string())?;
+        if vs.len() != texts.len() {
+            return Err("embedder gave the wrong number of vectors".into());
+        }
+        Ok(Some((models.embedder.id().name, vs)))
+    }
+
+    /// Adds what the store holds past the index's marks to both indexes, commits them, then
+    /// moves the marks; rebuilds from nothing when the marks are missing or ahead of the store.
+    /// Runs in the lane, without the memory's lock (only this lane writes the memory's indexes).
+    pub(super) fn update_indexes(&self, memory: &str) -> Result<(), EngineError> {
+        let Some(ix) = &self.indexes else { return Ok(()) };
+        let Some(record) = self.store.read(|r| r.get::<MemoryRecord>(Table::Memories, &keys::memory(memory)))? else {
+            return Ok(());
+        };
+        let truth = Marks {
+            facts: record.next_fact,
+            passages: record.next_passage,
+        };
+        let held = ix.marks(memory);
+        if held == Some(truth) {
+            return Ok(());
+        }
+        let from = match held {
+            Some(m) if m.facts <= truth.facts && m.passages <= truth.passages => m,
+            _ => {
+                tracing::info!(memory, "rebuilding the memory's search indexes from the store");
+                ix.drop_memory(memory).map_err(index_error)?;
+                Marks::default()
+            }
+        };
+        let model = self.models.as_ref().map(|m| m.embedder.id().name);
+        let vector = |r: &crate::store::Reader<'_>, kind: VectorKind, n: u64| -> Result<Option<Vec<f32>>, crate::store::StoreError> {
+            let v: Option<VectorRecord> = r.get(Table::Vectors, &keys::seq2(memory, kind as u64, n))?;
+            Ok(v.filter(|v| Some(&v.model) == model.as_ref()).map(|v| v.v))
+        };
+        let prefix = keys::memory_prefix(memory);
+        let mut docs: Vec<(Doc, String, Option<Vec<f32>>)> = Vec::new();
+        self.store.read(|r| {
+            r.visit(Table::Facts, &prefix, &keys::seq(memory, from.facts), |_, f: Fact| {
+                if f.n < truth.facts && !f.note.is_empty() {
+                    let text = format!("{} ({}; {})", f.note, f.subject, f.object);
+                    docs.push((Doc::Fact(f.n), text, vector(r, VectorKind::Fact, f.n)?));
+                }
+                Ok(true)
+            })?;
+            r.visit(Table::Passages, &prefix, &keys::seq(memory, from.passages), |_, p: Passage| {
+                if p.n < truth.passages {
+                    docs.push((Doc::Passage(p.n), p.text, vector(r, VectorKind::Passage, p.n)?));
+                }
+                Ok(true)
+            })?;
+            Ok(())
+        })?;
+        for (doc, text, v) in &docs {
+            ix.words.add(memory, doc.key(), text).map_err(index_error)?;
+            if let (Some(vix), Some(v)) = (&ix.vectors, v) {
+                vix.add(memory, doc.key(), v).map_err(index_error)?;
+            }
+        }
+        ix.commit(memory).map_err(index_error)?;
+        ix.set_marks(memory, truth).map_err(index_error)?;
+        tracing::debug!(memory, added = docs.len(), "search indexes updated");
+        Ok(())
+    }
+
+    /// Adds the vectors the graph just stored for `facts` to the vector index (an `Index` job
+    /// that ran before them indexed those facts by words only). Adding is idempotent.
+    pub(super) fn index_fact_vectors(&self, memory: &str, facts: &[u64]) -> Result<(), EngineError> {
+        let (Some(ix), Some(models)) = (&self.indexes, &self.models) else { return Ok(()) };
+        let Some(vix) = &ix.vectors else { return Ok(()) };
+        let model = models.embedder.id().name;
+        let vectors: Vec<(u64, Vec<f32>)> = self.store.read(|r| {
+            let mut out = Vec::new();
+            for &n in facts {
+                let v: Option<VectorRecord> = r.get(Table::Vectors, &keys::seq2(memory, VectorKind::Fact as u64, n))?;
+                if let Some(v) = v.filter(|v| v.model == model) {
+                    out.push((n, v.v));
+                }
+            }
+            Ok(out)
+        })?;
+        for (n, v) in &vectors {
+            vix.add(memory, Doc::Fact(*n).key(), v).map_err(index_error)?;
+        }
+        vix.save(memory).map_err(index_error)
+    }
+
+    /// At start: queues an `Index` job for every memory whose indexes are behind the store,
+    /// ahead of it (a restored backup) or missing (deleted while stopped). Returns how many.
+    pub fn check_indexes(&self) -> Result<usize, EngineError> {
+        let Some(ix) = &self.indexes else { return Ok(0) };
+        let behind: Vec<String> = self.store.read(|r| {
+            let mut ids = Vec::new();
+            r.visit(Table::Memories, b"", b"", |_, m: MemoryRecord| {
+                let truth = Marks {
+                    facts: m.next_fact,
+                    passages: m.next_passage,
+                };
+                let has_sealed = m.next_episode > 0;
+                if (truth != Marks::default() || has_sealed) && ix.marks(&m.id) != Some(truth) {
+                    ids.push(m.id);
+                }
+                Ok(true)
+            })?;
+            Ok(ids)
+        })?;
+        for m in &behind {
+            let lock = self.lock(m);
+            let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+            let mut st = self.take_state(m, 0.0)?;
+            st.push_job(JobKind::Index, st.memory.updated_at);
+            self.save_and_keep(st)?;
+        }
+        Ok(behind.len())
+    }
+
+    /// Throws away a memory's indexes (the memory was forgotten).
+    pub(super) fn drop_indexes(&self, memory: &str) {
+        if let Some(ix) = &self.indexes {
+            if let Err(e) = ix.drop_memory(memory) {
+                tracing::warn!(memory, error = %e, "cannot remove the memory's search indexes");
+            }
+        }
+    }
+}
+
+fn index_error(e: IndexError) -> EngineError {
+    EngineError::Index(e.to_string())
+}

@@ -1,0 +1,139 @@
+//! Passages: a sealed episode cut into stretches of whole units, the pieces recall searches and
+//! shows as excerpts. Pure: messages in, passage drafts out (the lane stores and indexes them).
+
+use super::records::{Passage, StoredMessage};
+use super::units::units;
+use crate::formats::Role;
+
+/// A passage gathers whole units up to about this many tokens; a larger unit is a passage of
+/// its own (a unit is never split, so a tool call stays with its output).
+pub const PASSAGE_TOKENS: u64 = 160;
+
+/// The passages of one episode's history messages (in order), numbered from `next`.
+pub fn passages_of(episode: u64, messages: &[&StoredMessage], next: u64) -> Vec<Passage> {
+    let mut out: Vec<Passage> = Vec::new();
+    let mut current: Vec<&StoredMessage> = Vec::new();
+    let mut size = 0u64;
+    let flush = |current: &mut Vec<&StoredMessage>, out: &mut Vec<Passage>| {
+        if let (Some(first), Some(last)) = (current.first(), current.last()) {
+            out.push(Passage {
+                n: next + out.len() as u64,
+                episode,
+                first_seq: first.seq,
+                last_seq: last.seq,
+                first_turn: first.turn,
+                last_turn: last.turn,
+                at: first.at,
+                tokens: current.iter().map(|m| m.tokens as u64).sum(),
+                text: current.iter().map(|m| excerpt_line(m)).collect::<Vec<_>>().join("\n"),
+            });
+        }
+        current.clear();
+    };
+    for u in units(messages) {
+        let unit = &messages[u.start..u.end];
+        let unit_size: u64 = unit.iter().map(|m| m.tokens as u64).sum();
+        if !current.is_empty() && size + unit_size > PASSAGE_TOKENS {
+            flush(&mut current, &mut out);
+            size = 0;
+        }
+        current.extend(unit.iter().copied());
+        size += unit_size;
+    }
+    flush(&mut current, &mut out);
+    out
+}
+
+/// One message as an excerpt shows it: who spoke, then the message's text unchanged.
+fn excerpt_line(m: &StoredMessage) -> String {
+    let who = match m.message.role {
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool => "tool output",
+        Role::System | Role::Developer => "instructions",
+    };
+    format!("{who}: {}", m.message.text)
+}
+
+/// A date as people read it (UTC): `2023-05-08`.
+pub fn date(unix: f64) -> String {
+    let days = (unix / 86_400.0).floor() as i64;
+    let (y, m, d) = civil_from_days(days);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// The proleptic Gregorian date of a count of days since 1970-01-01 (days → era of 400 years
+/// → year of era → day of year → month and day, with March as the first month).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+/// "turn 4" or "turns 4–6".
+pub fn turns(first: u64, last: u64) -> String {
+    if first == last {
+        format!("turn {first}")
+    } else {
+        format!("turns {first}–{last}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::records::{MemoryRecord, Source};
+    use crate::formats::{Format, Message};
+
+    fn msg(mem: &mut MemoryRecord, role: Role, text: &str, at: f64) -> StoredMessage {
+        let m = StoredMessage::new(mem, Message::new(Format::ChatCompletions, role, text), at, Source::Request);
+        mem.next_seq += 1;
+        if role == Role::User {
+            mem.turn += 1;
+        }
+        m
+    }
+
+    #[test]
+    fn dates_are_civil() {
+        assert_eq!(date(0.0), "1970-01-01");
+        assert_eq!(date(1_683_504_000.0), "2023-05-08");
+        assert_eq!(date(951_782_400.0), "2000-02-29");
+        assert_eq!(date(-86_400.0), "1969-12-31");
+    }
+
+    #[test]
+    fn passages_hold_whole_units_and_cover_every_message() {
+        let mut mem = MemoryRecord::new("m", 0.0);
+        let long = "word ".repeat(120);
+        let ms: Vec<StoredMessage> = (0..6)
+            .flat_map(|i| {
+                let u = msg(&mut mem, Role::User, &format!("question {i} {long}"), i as f64);
+                let a = msg(&mut mem, Role::Assistant, &format!("answer {i}"), i as f64);
+                [u, a]
+            })
+            .collect();
+        let refs: Vec<&StoredMessage> = ms.iter().collect();
+        let ps = passages_of(3, &refs, 10);
+        assert!(ps.len() >= 3, "{} passages", ps.len());
+        assert_eq!(ps[0].n, 10);
+        assert_eq!(ps[0].first_seq, 0);
+        assert_eq!(ps.last().unwrap().last_seq, 11);
+        for w in ps.windows(2) {
+            assert_eq!(w[0].last_seq + 1, w[1].first_seq, "contiguous");
+        }
+        for p in &ps {
+            assert_eq!(p.episode, 3);
+            for m in &ms[p.first_seq as usize..=p.last_seq as usize] {
+                assert!(p.text.contains(&m.message.text), "excerpt keeps the text verbatim");
+            }
+        }
+    }
+}

@@ -1,0 +1,526 @@
+//! Recall: what left the view comes back. For a new user message, facts and passages of
+//! history out of view are searched by words (BM25) and by meaning (cosine), for the message,
+//! each of its parts and the recent conversation; the lists are fused by rank (reciprocal rank
+//! fusion); the walk adds facts one entity away from the best ones (a bridge to the answer);
+//! what fits the recall budget becomes the recall block, stored with the message.
+//!
+//! The message is embedded before the memory's lock is taken (`Query`), within the recall
+//! deadline (else recall goes by words only); searching and fusing are index lookups and
+//! arithmetic. No judge runs here.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Instant;
+
+use serde_json::{json, Value};
+
+use super::passages::{date, turns};
+use super::records::{EpisodeState, Fact, Passage, RecallBlock, RecallItem, VectorKind, VectorRecord};
+use super::state::State;
+use super::{blocks, tokens, Engine};
+use crate::formats::{ParsedRequest, Role};
+use crate::models::CallCtx;
+use crate::store::{keys, Table};
+
+/// Reciprocal rank fusion's constant: a document's score is Σ 1 / (RRF_K + rank).
+const RRF_K: f64 = 60.0;
+/// Hits taken from each search.
+const HITS: usize = 24;
+/// The walk starts from this many of the best facts.
+const WALK_FROM: usize = 6;
+/// Neighbours of one fact considered by the walk, at most.
+const WALK_NEIGHBOURS: usize = 24;
+/// An entity with more facts than this is a hub (the user, the assistant): walking through it
+/// reaches everything, so it leads nowhere.
+const HUB_DEGREE: usize = 40;
+/// A neighbour's score is its source's times this times its cosine with the message.
+const WALK_DECAY: f64 = 0.5;
+/// Recent messages joined into the "recent conversation" query.
+const RECENT_MESSAGES: usize = 4;
+/// Parts: sentences and lines; shorter ones are joined to reach this many words, longer ones
+/// are windowed at this many.
+const PART_MIN_WORDS: usize = 6;
+const PART_MAX_WORDS: usize = 60;
+
+/// Documents in a memory's indexes: facts and passages share one key space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) enum Doc {
+    Fact(u64),
+    Passage(u64),
+}
+
+impl Doc {
+    pub(super) fn key(self) -> u64 {
+        match self {
+            Doc::Fact(n) => n << 1,
+            Doc::Passage(n) => (n << 1) | 1,
+        }
+    }
+
+    pub(super) fn of(key: u64) -> Doc {
+        if key & 1 == 0 {
+            Doc::Fact(key >> 1)
+        } else {
+            Doc::Passage(key >> 1)
+        }
+    }
+}
+
+/// A new user message, split and embedded before the memory's lock is taken.
+pub(super) struct Query {
+    pub text: String,
+    pub parts: Vec<String>,
+    /// Embeddings of the text, then of each part (empty without an embedder or when it failed).
+    pub vectors: Vec<Vec<f32>>,
+    pub embed_ms: f64,
+}
+
+/// Splits a message into parts: sentences and lines, short ones joined, long ones windowed.
+/// A message that is one part gives no parts (the whole message is searched anyway).
+pub(super) fn split_parts(text: &str) -> Vec<String> {
+    let mut pieces: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let mut start = 0;
+        let b = line.as_bytes();
+        for i in 0..b.len() {
+            let end_of_sentence = matches!(b[i], b'.' | b'?' | b'!') && b.get(i + 1).is_none_or(|c| *c == b' ');
+            if end_of_sentence {
+                pieces.push(line[start..=i].trim().to_owned());
+                start = i + 1;
+            }
+        }
+        pieces.push(line[start..].trim().to_owned());
+    }
+    let mut parts: Vec<String> = Vec::new();
+    let mut current = String::new();
+    for p in pieces.into_iter().filter(|p| !p.is_empty()) {
+        let words: Vec<&str> = p.split_whitespace().collect();
+        if words.len() > PART_MAX_WORDS {
+            if !current.is_empty() {
+                parts.push(std::mem::take(&mut current));
+            }
+            for w in words.chunks(PART_MAX_WORDS) {
+                parts.push(w.join(" "));
+            }
+            continue;
+        }
+        if !current.is_empty() {
+            current.push(' ');
+        }
+        current.push_str(&p);
+        if current.split_whitespace().count() >= PART_MIN_WORDS {
+            parts.push(std::mem::take(&mut current));
+        }
+    }
+    if !current.is_empty() {
+        match parts.last_mut() {
+            Some(last) => {
+                last.push(' ');
+                last.push_str(&current);
+            }
+            None => parts.push(current),
+        }
+    }
+    if parts.len() < 2 {
+        return Vec::new();
+    }
+    parts
+}
+
+/// A candidate for the block: a fact of the memory, or a passage read from the store.
+enum Found<'a> {
+    Fact(&'a Fact),
+    Passage(Passage),
+}
+
+struct Candidate<'a> {
+    doc: Doc,
+    found: Found<'a>,
+    score: f64,
+    searches: Vec<String>,
+}
+
+/// What one decorate recalled, and the account of it for `info`.
+pub(super) struct Recalled {
+    pub block: Option<RecallBlock>,
+    pub info: Value,
+}
+
+/// Whether a fact is shown in the facts block (active, and written for an episode still
+/// sealed): recall leaves those out.
+pub(super) fn in_facts_block(st: &State, f: &Fact) -> bool {
+    f.is_active()
+        && f.all_episodes()
+            .any(|e| st.episodes.get(e as usize).is_some_and(|e| e.state == EpisodeState::Sealed))
+}
+
+impl Engine {
+    /// The new user message at the end of a request, split and embedded (no lock held). None
+    /// when the request does not end with a user message or the memory has nothing to recall.
+    pub(super) fn recall_query(&self, memory: &str, parsed: &ParsedRequest) -> Option<Query> {
+        self.indexes.as_ref()?;
+        let last = parsed.history.last().filter(|m| m.role == Role::User)?;
+        let text = last.text.trim();
+        if text.is_empty() || blocks::is_our_block(text) {
+            return None;
+        }
+        let record: Option<super::records::MemoryRecord> =
+            self.store.read(|r| r.get(Table::Memories, &keys::memory(memory))).ok()?;
+        if record.is_none_or(|m| m.next_fact == 0 && m.next_passage == 0) {
+            return None;
+        }
+        let parts = split_parts(text);
+        let started = Instant::now();
+        let mut vectors = Vec::new();
+        if let (Some(models), Some(_)) = (&self.models, self.indexes.as_ref().and_then(|i| i.vectors.as_ref())) {
+            let mut texts: Vec<String> = vec![text.to_owned()];
+            texts.extend(parts.iter().cloned());
+            let want = texts.len();
+            // The embedder may be a remote endpoint: wait for it at most the recall deadline,
+            // then search by words only (the late answer is dropped).
+            let (tx, rx) = std::sync::mpsc::channel();
+            let (embedder, id) = (models.embedder.clone(), memory.to_owned());
+            std::thread::spawn(move || {
+                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                let _ = tx.send(embedder.embed(&CallCtx::new(&id), &refs));
+            });
+            let deadline = std::time::Duration::from_millis(self.config.recall_deadline_ms);
+            match rx.recv_timeout(deadline) {
+                Ok(Ok(v)) if v.len() == want => vectors = v,
+                Ok(Ok(_)) => tracing::warn!(memory, "embedder gave the wrong number of vectors; recall by words only"),
+                Ok(Err(e)) => tracing::warn!(memory, error = %e, "cannot embed the message; recall by words only"),
+                Err(_) => tracing::warn!(
+                    memory,
+                    deadline_ms = self.config.recall_deadline_ms,
+                    "embedding the message missed the recall deadline; recall by words only"
+                ),
+            }
+        }
+        Some(Query {
+            text: text.to_owned(),
+            parts,
+            vectors,
+            embed_ms: started.elapsed().as_secs_f64() * 1e3,
+        })
+    }
+
+    /// Searches, fuses, walks and fills a block of at most `budget` tokens for the user
+    /// message `seq`. Reads the indexes and the store; changes nothing.
+    pub(super) fn recall(&self, st: &State, q: &Query, seq: u64, budget: u64, now: f64) -> Recalled {
+        let started = Instant::now();
+        let memory = st.memory.id.as_str();
+        let Some(ix) = &self.indexes else {
+            return Recalled { block: None, info: Value::Null };
+        };
+        // 1. Searches. Words: the message, each part, the recent conversation ending with it.
+        let mut lists: Vec<(String, Vec<u64>)> = Vec::new();
+        let recent: Vec<&str> = st
+            .history()
+            .rev()
+            .take(RECENT_MESSAGES)
+            .map(|m| m.message.text.as_str())
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        let recent = recent.join("\n");
+        let mut word_queries: Vec<(String, &str)> = vec![("words:message".into(), q.text.as_str())];
+        for (i, p) in q.parts.iter().enumerate() {
+            word_queries.push((format!("words:part {}", i + 1), p.as_str()));
+        }
+        if recent != q.text {
+            word_queries.push(("words:recent".into(), recent.as_str()));
+        }
+        let mut errors = Vec::new();
+        for (name, text) in word_queries {
+            match ix.words.search(memory, text, HITS) {
+                Ok(hits) => lists.push((name, hits.into_iter().map(|(k, _)| k).collect())),
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        // Meaning: the message and each part.
+        if let Some(vix) = &ix.vectors {
+            for (i, v) in q.vectors.iter().enumerate() {
+                let name = if i == 0 { "meaning:message".to_owned() } else { format!("meaning:part {i}") };
+                match vix.search(memory, v, HITS) {
+                    Ok(hits) => lists.push((name, hits.into_iter().map(|(k, _)| k).collect())),
+                    Err(e) => errors.push(e.to_string()),
+                }
+            }
+        }
+        let search_ms = started.elapsed().as_secs_f64() * 1e3;
+
+        // 2. Fuse by rank.
+        let mut fused: BTreeMap<u64, (f64, Vec<String>)> = BTreeMap::new();
+        for (name, keys) in &lists {
+            for (rank, key) in keys.iter().enumerate() {
+                let e = fused.entry(*key).or_default();
+                e.0 += 1.0 / (RRF_K + rank as f64 + 1.0);
+                e.1.push(name.clone());
+            }
+        }
+        let mut candidates: Vec<Candidate> = Vec::new();
+        for (key, (score, searches)) in fused {
+            let doc = Doc::of(key);
+            let found = match doc {
+                Doc::Fact(n) => match st.fact(n) {
+                    Some(f) if f.is_active() && !f.note.is_empty() && !in_facts_block(st, f) => Found::Fact(f),
+                    _ => continue,
+                },
+                Doc::Passage(n) => match self.store.read(|r| r.get::<Passage>(Table::Passages, &keys::seq(memory, n))) {
+                    Ok(Some(p)) if !passage_in_view(st, &p) => Found::Passage(p),
+                    _ => continue,
+                },
+            };
+            candidates.push(Candidate { doc, found, score, searches });
+        }
+        candidates.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.doc.cmp(&b.doc)));
+
+        // 3. The walk: from the best facts across their entities, one step.
+        let walk_started = Instant::now();
+        let walked = self.walk(st, q, &mut candidates);
+        let walk_ms = walk_started.elapsed().as_secs_f64() * 1e3;
+
+        // 4. Fill the budget, best first; a block that renders over it drops its last items.
+        let header = tokens::text_tokens(blocks::RECALL_HEADER) as u64 + 12;
+        let mut chosen: Vec<&Candidate> = Vec::new();
+        let mut used = header;
+        for c in &candidates {
+            let cost = match &c.found {
+                Found::Fact(f) => tokens::text_tokens(&f.note) as u64 + 12,
+                Found::Passage(p) => tokens::text_tokens(&p.text) as u64 + 12,
+            };
+            if used + cost <= budget {
+                used += cost;
+                chosen.push(c);
+            }
+        }
+        let mut block = None;
+        while !chosen.is_empty() {
+            let text = render(st, &chosen);
+            let cost = tokens::text_tokens(&text) as u64 + 4;
+            if cost <= budget {
+                block = Some(RecallBlock {
+                    seq,
+                    turn: st.memory.turn,
+                    at: now,
+                    text,
+                    tokens: cost,
+                    items: chosen.iter().map(|c| item(c)).collect(),
+                    distilled: false,
+                });
+                break;
+            }
+            chosen.pop();
+        }
+        let info = json!({
+            "budget": budget,
+            "tokens": block.as_ref().map_or(0, |b| b.tokens),
+            "candidates": candidates.len(),
+            "walked": walked,
+            "searches": lists.iter().map(|(n, k)| (n.clone(), json!(k.len()))).collect::<serde_json::Map<_, _>>(),
+            "items": block.as_ref().map(|b| &b.items),
+            "errors": errors,
+            "ms": {
+                "embed": q.embed_ms,
+                "search": search_ms,
+                "walk": walk_ms,
+                "total": q.embed_ms + started.elapsed().as_secs_f64() * 1e3,
+            },
+        });
+        Recalled { block, info }
+    }
+
+    /// Adds the facts one entity away from the best facts found, scored by their source's score
+    /// and their cosine with the message. Returns how many it added.
+    fn walk<'a>(&self, st: &'a State, q: &Query, candidates: &mut Vec<Candidate<'a>>) -> usize {
+        let mut degree: HashMap<u64, usize> = HashMap::new();
+        for f in st.facts.iter().filter(|f| f.is_active()) {
+            for e in entities(f) {
+                *degree.entry(e).or_default() += 1;
+            }
+        }
+        let present: HashSet<Doc> = candidates.iter().map(|c| c.doc).collect();
+        let sources: Vec<(u64, f64)> = candidates
+            .iter()
+            .filter_map(|c| match c.found {
+                Found::Fact(f) => Some((f.n, c.score)),
+                Found::Passage(_) => None,
+            })
+            .take(WALK_FROM)
+            .collect();
+        let mut added: HashMap<u64, (f64, u64)> = HashMap::new();
+        for (source, score) in sources {
+            let Some(f) = st.fact(source) else { continue };
+            for e in entities(f) {
+                if degree.get(&e).copied().unwrap_or(0) > HUB_DEGREE {
+                    continue;
+                }
+                let neighbours = st
+                    .facts
+                    .iter()
+                    .rev()
+                    .filter(|g| g.n != f.n && g.is_active() && !g.note.is_empty() && entities(g).any(|x| x == e))
+                    .filter(|g| !present.contains(&Doc::Fact(g.n)) && !in_facts_block(st, g))
+                    .take(WALK_NEIGHBOURS);
+                for g in neighbours {
+                    let cos = q
+                        .vectors
+                        .first()
+                        .and_then(|v| self.fact_vector(&st.memory.id, g.n).map(|w| cosine(v, &w)))
+                        .unwrap_or(0.5);
+                    let s = score * WALK_DECAY * f64::from(cos.max(0.0));
+                    let e = added.entry(g.n).or_insert((0.0, source));
+                    if s > e.0 {
+                        *e = (s, source);
+                    }
+                }
+            }
+        }
+        let n = added.len();
+        for (g, (score, source)) in added {
+            if let Some(f) = st.fact(g) {
+                candidates.push(Candidate {
+                    doc: Doc::Fact(g),
+                    found: Found::Fact(f),
+                    score,
+                    searches: vec![format!("walk from fact {source}")],
+                });
+            }
+        }
+        candidates.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.doc.cmp(&b.doc)));
+        n
+    }
+
+    fn fact_vector(&self, memory: &str, n: u64) -> Option<Vec<f32>> {
+        let v: Option<VectorRecord> = self
+            .store
+            .read(|r| r.get(Table::Vectors, &keys::seq2(memory, VectorKind::Fact as u64, n)))
+            .ok()?;
+        v.map(|v| v.v)
+    }
+}
+
+/// A passage is in view while its episode is (it only exists once the episode sealed, but a
+/// restored or imported memory may differ).
+fn passage_in_view(st: &State, p: &Passage) -> bool {
+    st.episodes
+        .get(p.episode as usize)
+        .is_some_and(|e| matches!(e.state, EpisodeState::Live | EpisodeState::Leaving))
+}
+
+fn entities(f: &Fact) -> impl Iterator<Item = u64> + '_ {
+    let mut v: Vec<u64> = f.subject_entity.into_iter().chain(f.object_entity).collect();
+    v.dedup();
+    v.into_iter()
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    // Stored and query vectors are L2-normalised.
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+fn item(c: &Candidate) -> RecallItem {
+    let (kind, n, turns, seqs) = match &c.found {
+        Found::Fact(f) => ("fact", f.n, [f.first_turn, f.last_turn], [f.note_seq, f.note_seq]),
+        Found::Passage(p) => ("passage", p.n, [p.first_turn, p.last_turn], [p.first_seq, p.last_seq]),
+    };
+    RecallItem {
+        kind: kind.into(),
+        n,
+        score: c.score,
+        searches: c.searches.clone(),
+        turns,
+        seqs,
+    }
+}
+
+/// The block's text: facts grouped by the entity they share most within the block (named for
+/// it, newest first, each dated with its turns), then excerpts in conversation order.
+fn render(st: &State, chosen: &[&Candidate]) -> String {
+    let facts: Vec<&Fact> = chosen
+        .iter()
+        .filter_map(|c| match c.found {
+            Found::Fact(f) => Some(f),
+            Found::Passage(_) => None,
+        })
+        .collect();
+    let passages: Vec<&Passage> = chosen
+        .iter()
+        .filter_map(|c| match &c.found {
+            Found::Passage(p) => Some(p),
+            Found::Fact(_) => None,
+        })
+        .collect();
+    render_parts(st, &facts, &passages)
+}
+
+/// Renders a block from its facts (best first) and passages.
+pub(super) fn render_parts(st: &State, facts: &[&Fact], passages: &[&Passage]) -> String {
+    let mut within: HashMap<u64, usize> = HashMap::new();
+    for f in facts {
+        for e in entities(f) {
+            *within.entry(e).or_default() += 1;
+        }
+    }
+    // Each fact joins the group of its most connected entity; groups keep the order in which
+    // their best fact was found.
+    let mut groups: Vec<(Option<u64>, Vec<&Fact>)> = Vec::new();
+    for f in facts {
+        let key = entities(f).max_by_key(|e| (within.get(e).copied().unwrap_or(0), std::cmp::Reverse(*e)));
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, g)) => g.push(f),
+            None => groups.push((key, vec![f])),
+        }
+    }
+    let mut out = String::from(blocks::RECALL_HEADER);
+    for (key, mut group) in groups {
+        group.sort_by(|a, b| b.at.total_cmp(&a.at).then(b.n.cmp(&a.n)));
+        let name = key
+            .and_then(|e| st.entities.get(e as usize))
+            .map_or("Other facts".to_owned(), |e| format!("About {}", e.name));
+        out.push_str(&format!("\n{name}:"));
+        for f in group {
+            out.push_str(&format!("\n- {} ({}, {})", f.note, turns(f.first_turn, f.last_turn), date(f.at)));
+        }
+    }
+    if !passages.is_empty() {
+        let mut ps: Vec<&&Passage> = passages.iter().collect();
+        ps.sort_by_key(|p| p.first_seq);
+        out.push_str("\nExcerpts of the conversation:");
+        for p in ps {
+            out.push_str(&format!("\n[{}, {}]\n{}", turns(p.first_turn, p.last_turn), date(p.at), p.text));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doc_keys_round_trip() {
+        for d in [Doc::Fact(0), Doc::Fact(7), Doc::Passage(0), Doc::Passage(9)] {
+            assert_eq!(Doc::of(d.key()), d);
+        }
+        assert_ne!(Doc::Fact(3).key(), Doc::Passage(3).key());
+    }
+
+    #[test]
+    fn a_question_after_a_long_correction_gets_its_own_part() {
+        let text = "No, that's not what I meant. The deploy script must run after the migration, not before it, \
+                    and the staging database needs the same order too.\nBy the way, what port did we pick for the cache?";
+        let parts = split_parts(text);
+        assert!(parts.len() >= 2, "{parts:?}");
+        assert_eq!(parts.last().unwrap(), "By the way, what port did we pick for the cache?");
+    }
+
+    #[test]
+    fn short_messages_are_one_part_and_long_lines_are_windowed() {
+        assert!(split_parts("What did we decide?").is_empty());
+        let long = "word ".repeat(150);
+        let parts = split_parts(&long);
+        assert_eq!(parts.len(), 3);
+        assert!(parts.iter().all(|p| p.split_whitespace().count() <= PART_MAX_WORDS));
+    }
+}

@@ -1,0 +1,269 @@
+//! Recall through the socket against the real daemon and its built-in models: a scripted
+//! conversation long enough to seal and forget at a small ceiling, with a simulated model that
+//! answers every note ask with one fact per leaving turn. Then a question about an early,
+//! forgotten turn brings its fact and an excerpt back in a recall block just before the
+//! question, grouped and dated; facts already in the facts block are not repeated; the block is
+//! distilled at the next message; and indexes deleted while the daemon is stopped are rebuilt at
+//! start and give the same recall.
+
+mod util;
+
+use recalld::client::Client;
+use serde_json::{json, Value};
+use util::Daemon;
+
+const CEILING: u64 = 3_000;
+const TURNS: usize = 36;
+const NAMES: [&str; 12] = [
+    "aurora", "borealis", "cygnus", "draco", "eridanus", "fornax", "gemini", "hydra", "indus", "lyra", "musca",
+    "norma",
+];
+const PEOPLE: [&str; 6] = ["Priya", "Tomas", "Aiko", "Bruno", "Chidi", "Ines"];
+
+fn name(i: usize) -> String {
+    format!("{}-{}", NAMES[i % NAMES.len()], i)
+}
+
+fn port(i: usize) -> usize {
+    7000 + 37 * i
+}
+
+fn user_text(i: usize) -> String {
+    format!(
+        "Next is service {}. It listens on port {} and {} owns it. It was moved to the new cluster last week \
+         after the storage incident, and its dashboards still point at the old hosts, which nobody has had time \
+         to fix. The on-call rotation for it changes every Monday and the runbook lives in the wiki under \
+         operations. We should also check whether its alerts are wired to the right channel before the audit.",
+        name(i),
+        port(i),
+        PEOPLE[i % PEOPLE.len()]
+    )
+}
+
+fn fact_text(i: usize) -> String {
+    format!("Service {} listens on port {} and is owned by {}.", name(i), port(i), PEOPLE[i % PEOPLE.len()])
+}
+
+fn completion(message: Value) -> Value {
+    json!({"id": "r", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0,
+        "finish_reason": "stop", "message": message}]})
+}
+
+struct Convo {
+    client: Client,
+    memory: String,
+    history: Vec<Value>,
+    now: f64,
+    calls: usize,
+}
+
+impl Convo {
+    fn request(&self, extra: Option<&str>) -> Value {
+        let mut messages = vec![json!({"role": "system", "content": "You are the ops assistant."})];
+        messages.extend(self.history.iter().cloned());
+        if let Some(q) = extra {
+            messages.push(json!({"role": "user", "content": q}));
+        }
+        json!({"model": "gpt-4o", "messages": messages})
+    }
+
+    fn decorate(&mut self, extra: Option<&str>, dry_run: bool) -> Value {
+        self.client
+            .call(
+                "decorate",
+                json!({"memory": self.memory, "request": self.request(extra), "now": self.now,
+                    "ceiling": CEILING, "dry_run": dry_run}),
+            )
+            .unwrap()
+    }
+
+    fn report(&mut self, message: Value) -> Value {
+        self.calls += 1;
+        self.client
+            .call(
+                "report",
+                json!({"memory": self.memory, "response": completion(message), "now": self.now}),
+            )
+            .unwrap()
+    }
+
+    fn quiet(&mut self) {
+        assert_eq!(self.client.quiet(&self.memory, 120_000).unwrap(), 0, "the lane did not finish");
+    }
+
+    /// One user turn and the model's reply, answering note asks with one fact per leaving turn.
+    fn turn(&mut self, text: String, reply: String) {
+        self.history.push(json!({"role": "user", "content": text}));
+        for _ in 0..4 {
+            let d = self.decorate(None, false);
+            if !d["info"]["note_ask"].as_bool().unwrap() {
+                break;
+            }
+            let mut notes = Vec::new();
+            for e in d["info"]["episodes"].as_array().unwrap() {
+                if e["state"] == "leaving" {
+                    let (a, b) = (e["turns"][0].as_u64().unwrap(), e["turns"][1].as_u64().unwrap());
+                    for t in a.max(1)..=b {
+                        let i = t as usize - 1;
+                        notes.push(json!({"note": fact_text(i), "subject": format!("service {}", name(i)),
+                            "object": format!("port {}", port(i)), "milestone": false}));
+                    }
+                }
+            }
+            let call = json!({"id": format!("note-{}", self.calls), "type": "function",
+                "function": {"name": "note", "arguments": json!({"notes": notes}).to_string()}});
+            let r = self.report(json!({"role": "assistant", "content": null, "tool_calls": [call]}));
+            assert_eq!(r["again"], true);
+        }
+        self.report(json!({"role": "assistant", "content": reply.clone()}));
+        self.history.push(json!({"role": "assistant", "content": reply}));
+        self.now += 120.0;
+        self.quiet();
+    }
+}
+
+fn recall_block(request: &Value) -> Option<(usize, String)> {
+    let messages = request["messages"].as_array().unwrap();
+    // The last one: every new user message may have its own, kept (distilled) in the view.
+    messages.iter().enumerate().rev().find_map(|(i, m)| {
+        let text = m["content"].as_str()?;
+        (m["role"] == "system" && text.starts_with("Recalled from earlier")).then(|| (i, text.to_owned()))
+    })
+}
+
+fn facts_block(request: &Value) -> String {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .find(|t| t.starts_with("Recorded facts"))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn converse(d: &Daemon, memory: &str) -> Convo {
+    let mut c = Convo {
+        client: d.client(),
+        memory: memory.into(),
+        history: Vec::new(),
+        now: 1_700_000_000.0,
+        calls: 0,
+    };
+    for i in 0..TURNS {
+        c.turn(user_text(i), format!("Noted, service {} is on my list.", name(i)));
+    }
+    c
+}
+
+const QUESTION_TURN: usize = 2;
+const DEADLINE: &str = "[engine]\nrecall_deadline_ms = 60000\n";
+
+fn question() -> String {
+    format!("Which port does service {} listen on, and who owns it?", name(QUESTION_TURN))
+}
+
+#[test]
+fn a_forgotten_turn_comes_back_grouped_dated_distilled_and_survives_an_index_rebuild() {
+    // Debug builds on a loaded machine embed slowly: no deadline misses, so runs compare.
+    let mut d = Daemon::start_with_config(DEADLINE);
+    let mut c = converse(&d, "ops");
+    c.now += 3_600.0;
+    let q = question();
+    let asked = c.decorate(Some(&q), true);
+    let info = &asked["info"];
+    let request = &asked["request"];
+
+    // The early turn is out of view: its episode sealed or forgotten.
+    let out_of_view = info["episodes"].as_array().unwrap().iter().any(|e| {
+        let (a, b) = (e["turns"][0].as_u64().unwrap(), e["turns"][1].as_u64().unwrap());
+        (a..=b).contains(&(QUESTION_TURN as u64 + 1)) && (e["state"] == "sealed" || e["state"] == "forgotten")
+    });
+    assert!(out_of_view, "turn {} should have left the view: {}", QUESTION_TURN + 1, info["episodes"]);
+
+    // A recall block just before the question, within the request's ceiling.
+    let (at, block) = recall_block(request).unwrap_or_else(|| panic!("no recall block; recall info: {}", info["recall"]));
+    let messages = request["messages"].as_array().unwrap();
+    assert_eq!(messages[at + 1]["content"], json!(q), "the block sits just before the question");
+    assert!(info["request_tokens"].as_u64().unwrap() <= CEILING, "{}", info["request_tokens"]);
+
+    // Its fact is in the facts block or in the recall block, never both, and the turn's own
+    // words come back as an excerpt, dated.
+    let (facts, fact) = (facts_block(request), fact_text(QUESTION_TURN));
+    assert!(facts.contains(&fact) != block.contains(&fact), "fact once:\n{facts}\n---\n{block}");
+    assert!(block.contains(&user_text(QUESTION_TURN)), "excerpt of the turn:\n{block}");
+    let dated = format!("[turn {}, 2023-11-14]", QUESTION_TURN + 1);
+    assert!(block.contains(&dated), "excerpt dated {dated}:\n{block}");
+    let items = info["recall"]["items"].as_array().unwrap();
+    assert!(
+        items.iter().any(|i| i["kind"] == "passage" && i["turns"][0] == QUESTION_TURN as u64 + 1),
+        "{items:?}"
+    );
+    for i in items {
+        assert!(!i["searches"].as_array().unwrap().is_empty(), "every item says which search found it");
+    }
+    // Facts recalled are grouped under an entity and dated with their turns.
+    if block.contains("- Service ") {
+        assert!(block.contains("\nAbout "), "{block}");
+        assert!(block.contains(", 2023-11-14)"), "{block}");
+    }
+
+    // Indexes deleted while stopped are rebuilt at start and give the same recall.
+    assert_eq!(d.stop(), Some(0));
+    std::fs::remove_dir_all(d.data.join("index")).unwrap();
+    let config = d.dir.path().join("recalld.toml");
+    d.spawn(&["--config", config.to_str().unwrap()]);
+    let mut c2 = Convo {
+        client: d.client(),
+        memory: "ops".into(),
+        history: c.history.clone(),
+        now: c.now,
+        calls: 0,
+    };
+    c2.quiet();
+    let again = c2.decorate(Some(&q), true);
+    // The same documents come back (ranks may move a little: the vector index is approximate
+    // and its graph depends on the order vectors were added in).
+    let docs = |v: &Value| -> std::collections::BTreeSet<String> {
+        v.as_array().unwrap().iter().map(|i| format!("{} {}", i["kind"], i["n"])).collect()
+    };
+    assert_eq!(docs(&again["info"]["recall"]["items"]), docs(&info["recall"]["items"]), "same recall after the rebuild");
+    let lines = |t: &str| -> std::collections::BTreeSet<String> { t.lines().map(str::to_owned).collect() };
+    assert_eq!(recall_block(&again["request"]).map(|b| lines(&b.1)), Some(lines(&block)));
+
+    // Asked for real: the block is stored with the question and stays in later requests until
+    // the next message distills it (shrunk or removed, then never changed).
+    c2.history.push(json!({"role": "user", "content": q}));
+    let stored = c2.decorate(None, false);
+    assert!(recall_block(&stored["request"]).is_some());
+    c2.report(json!({"role": "assistant", "content": "It is on the port you set up."}));
+    c2.history.push(json!({"role": "assistant", "content": "It is on the port you set up."}));
+    c2.now += 60.0;
+    c2.quiet();
+    c2.turn("Thanks. Let's move on to lunch plans.".into(), "Sure.".into());
+    let export = c2.client.call("export", json!({"memory": "ops"})).unwrap();
+    let recalls = export["recalls"].as_array().unwrap();
+    // Blocks are stored by the seq of their message: the question's is the last but one (the
+    // message after it has its own, not distilled yet).
+    assert!(recalls.len() >= 2);
+    let r = &recalls[recalls.len() - 2];
+    assert_eq!(recalls.last().unwrap()["distilled"], false);
+    assert_eq!(r["distilled"], true, "{r}");
+    let before = stored["info"]["recall"]["tokens"].as_u64().unwrap();
+    assert!(r["tokens"].as_u64().unwrap() < before, "the distilled block is smaller than {before}: {r}");
+}
+
+#[test]
+fn an_unrelated_memory_recalls_nothing_and_a_fresh_memory_needs_no_embedding() {
+    let d = Daemon::start();
+    let mut c = Convo {
+        client: d.client(),
+        memory: "fresh".into(),
+        history: vec![],
+        now: 1_700_000_000.0,
+        calls: 0,
+    };
+    let r = c.decorate(Some("Hello there"), true);
+    assert!(r["info"]["recall"].is_null(), "{}", r["info"]["recall"]);
+    assert!(recall_block(&r["request"]).is_none());
+}
