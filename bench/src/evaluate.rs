@@ -46,8 +46,35 @@ pub fn evaluate(
                 .map(|d| (d.clone(), json!(scorer.presence(d, &text))))
                 .collect();
             row[s] = json!({"availability": availability, "tokens": tokens, "evidence": how});
+            if s == "recalld" {
+                row[s]["parts"] = parts(&request);
+                // For looking into what recalld sent: RECALLD_BENCH_REQUESTS=1 keeps the requests.
+                if std::env::var_os("RECALLD_BENCH_REQUESTS").is_some() {
+                    row[s]["request"] = request.clone();
+                }
+            }
         }
         details.push(row);
     }
     details
+}
+
+/// Where recalld's request spends its tokens: the facts block, recall blocks, the note ask,
+/// other instructions, and the messages in view.
+fn parts(request: &Value) -> Value {
+    let mut out = json!({"facts": 0, "recall": 0, "ask": 0, "instructions": 0, "view": 0});
+    for m in request.get("messages").and_then(Value::as_array).into_iter().flatten() {
+        let text = crate::score::content_text(m.get("content").unwrap_or(&Value::Null));
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+        let part = match role {
+            "system" | "developer" if text.starts_with("Recorded facts") => "facts",
+            "system" | "developer" if text.starts_with("Recalled from earlier") => "recall",
+            "system" | "developer" if text.starts_with("History from turn") => "ask",
+            "system" | "developer" => "instructions",
+            _ => "view",
+        };
+        let t = out[part].as_u64().unwrap_or(0) + message_tokens(&text);
+        out[part] = json!(t);
+    }
+    out
 }

@@ -15,7 +15,7 @@ use recalld_bench::evaluate::evaluate;
 use recalld_bench::locomo::{self, Conversation};
 use recalld_bench::replay::{self, Asked, Options, Stats};
 use recalld_bench::table::Table;
-use serde_json::{json, Value};
+use serde_json::json;
 
 #[derive(Parser)]
 #[command(name = "recalld-bench", about = "recalld's benchmarks")]

@@ -58,7 +58,7 @@ pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>
     }
     match engine.check_indexes() {
         Ok(0) => {}
-        Ok(n) => tracing::info!(memories = n, "search indexes behind the store; indexing in the background"),
+        Ok(n) => tracing::info!(memories = n, "search indexes brought up to the store"),
         Err(e) => tracing::error!(error = %e, "cannot check the search indexes"),
     }
     let listener = server::Listener::open(&settings.socket, settings.socket_mode, settings.socket_group.as_deref())?;

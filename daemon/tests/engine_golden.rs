@@ -366,7 +366,9 @@ fn block_role(fmt: Fmt) -> &'static str {
 }
 
 fn run_scenario(fmt: Fmt, name: &str, ceiling: u64) {
-    let d = Daemon::start();
+    // The fade, seal, forget and sleep mechanism alone: recall blocks (tests/recall.rs) would
+    // add their sizes to the view and move every checkpoint.
+    let d = Daemon::start_with_config("[engine]\nrecall = false\n");
     let mut c = d.client();
     let mut cv = Convo {
         fmt,

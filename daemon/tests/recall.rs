@@ -231,8 +231,8 @@ fn a_forgotten_turn_comes_back_grouped_dated_distilled_and_survives_an_index_reb
     let lines = |t: &str| -> std::collections::BTreeSet<String> { t.lines().map(str::to_owned).collect() };
     assert_eq!(recall_block(&again["request"]).map(|b| lines(&b.1)), Some(lines(&block)));
 
-    // Asked for real: the block is stored with the question and stays in later requests until
-    // the next message distills it (shrunk or removed, then never changed).
+    // Asked for real: the block is stored with the question and stays in the turn's requests;
+    // the turn's reply has the lane distill it (shrunk or removed, then never changed).
     c2.history.push(json!({"role": "user", "content": q}));
     let stored = c2.decorate(None, false);
     assert!(recall_block(&stored["request"]).is_some());
@@ -243,11 +243,9 @@ fn a_forgotten_turn_comes_back_grouped_dated_distilled_and_survives_an_index_reb
     c2.turn("Thanks. Let's move on to lunch plans.".into(), "Sure.".into());
     let export = c2.client.call("export", json!({"memory": "ops"})).unwrap();
     let recalls = export["recalls"].as_array().unwrap();
-    // Blocks are stored by the seq of their message: the question's is the last but one (the
-    // message after it has its own, not distilled yet).
-    assert!(recalls.len() >= 2);
-    let r = &recalls[recalls.len() - 2];
-    assert_eq!(recalls.last().unwrap()["distilled"], false);
+    // The question's block, distilled once its turn's reply was reported.
+    let turn = &stored["info"]["turn"];
+    let r = recalls.iter().find(|b| &b["turn"] == turn).unwrap_or_else(|| panic!("no block of turn {turn}"));
     assert_eq!(r["distilled"], true, "{r}");
     let before = stored["info"]["recall"]["tokens"].as_u64().unwrap();
     assert!(r["tokens"].as_u64().unwrap() < before, "the distilled block is smaller than {before}: {r}");

@@ -2,7 +2,7 @@
 //! history in view and the note ask, in the provider's format.
 
 use super::fade::in_view;
-use super::records::{Episode, EpisodeState, Fact, StoredMessage};
+use super::records::{Episode, EpisodeState, Fact, RecallBlock, StoredMessage};
 use super::state::State;
 use super::{activation, blocks, budget, tokens, Engine};
 use crate::formats::{self, Format, Message};
@@ -63,7 +63,15 @@ impl Engine {
             .map(|m| tok(m))
             .sum();
         let budget = budget::budget(ceiling, fixed, &recent, parsed.max_output_tokens, current_turn);
-        let view = history.iter().filter(|m| in_view(st, m)).map(|m| tok(m)).sum();
+        // A block waiting to be distilled is not shown, though its message still counts it.
+        let view = history
+            .iter()
+            .filter(|m| in_view(st, m))
+            .map(|m| {
+                let waiting = st.recalls.get(&m.seq).filter(|b| !block_shown(st, b)).map_or(0, |b| b.tokens);
+                tok(m).saturating_sub(tokens::corrected(waiting, ratio))
+            })
+            .sum();
         Measure { budget, view }
     }
 
@@ -110,6 +118,7 @@ impl Engine {
         parsed: &formats::ParsedRequest,
         ratio: Option<f64>,
         measure: &Measure,
+        recall_limit: Option<u64>,
     ) -> Assembled {
         let format = parsed.format;
         let role = parsed.instructions_role;
@@ -150,6 +159,27 @@ impl Engine {
                 hidden.push(e.n);
             }
         }
+        // A new recall block over the budget: the least active live episodes make room for it
+        // in this request only (never a leaving one: the note ask needs the model to see it).
+        let mut hidden_for_recall = Vec::new();
+        if let Some(limit) = recall_limit {
+            let act = activation::of_episodes(st.episodes.len(), &st.traces, st.memory.updated_at);
+            let mut live: Vec<&Episode> = st.episodes_in(EpisodeState::Live).filter(|e| !hidden.contains(&e.n)).collect();
+            live.sort_by(|a, b| act[a.n as usize].total_cmp(&act[b.n as usize]).then(a.n.cmp(&b.n)));
+            for e in live {
+                if total <= limit {
+                    break;
+                }
+                let size: u64 = view
+                    .iter()
+                    .filter(|m| m.seq >= e.first_seq && m.seq <= e.last_seq)
+                    .map(|m| tokens::corrected(m.tokens as u64, ratio))
+                    .sum();
+                view.retain(|m| m.seq < e.first_seq || m.seq > e.last_seq);
+                total = total.saturating_sub(size);
+                hidden_for_recall.push(e.n);
+            }
+        }
         let mut messages: Vec<Message> = Vec::new();
         if let Some(text) = &facts {
             messages.push(Message::new(format, role, text.clone()));
@@ -161,7 +191,7 @@ impl Engine {
         } else {
             for m in &view {
                 // A recall block stays just before the user message it was made for.
-                if let Some(b) = st.recalls.get(&m.seq).filter(|b| !b.text.is_empty()) {
+                if let Some(b) = st.recalls.get(&m.seq).filter(|b| block_shown(st, b)) {
                     messages.push(Message::new(format, role, b.text.clone()));
                 }
                 messages.extend(m.message.to_format(format));
@@ -178,9 +208,17 @@ impl Engine {
             tokens: total,
             note_ask: ask.is_some(),
             hidden,
+            hidden_for_recall,
             in_view: view.iter().map(|m| m.seq).collect(),
         }
     }
+}
+
+/// A recall block is shown while its turn is in progress, then only once the lane has
+/// distilled it: an old block waiting for that would take the room the new message's recall
+/// needs (a user message left without a reply leaves its block undistilled until the next one).
+fn block_shown(st: &State, b: &RecallBlock) -> bool {
+    !b.text.is_empty() && (b.distilled || b.turn == st.memory.turn)
 }
 
 pub(super) struct Measure {
@@ -193,5 +231,6 @@ pub(super) struct Assembled {
     pub(super) tokens: u64,
     pub(super) note_ask: bool,
     pub(super) hidden: Vec<u64>,
+    pub(super) hidden_for_recall: Vec<u64>,
     pub(super) in_view: Vec<u64>,
 }

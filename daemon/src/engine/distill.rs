@@ -1,7 +1,8 @@
-//! Distilling a recall block (the `Distill` lane job, queued at the next user message): the
-//! judge reads the block's items against the conversation that followed and keeps those that
-//! mattered and were not already said; the block is rewritten to them (or emptied) once, and
-//! from then on never changes, so the provider's cached prefix holds.
+//! Distilling a recall block (the `Distill` lane job, queued when the turn's final reply is
+//! reported, else at the next user message): the judge reads the block's items against the
+//! conversation that followed and keeps those that mattered and were not already said; the
+//! block is rewritten to the best few kept facts (or emptied) once, and from then on never
+//! changes, so the provider's cached prefix holds.
 
 use super::records::{Passage, RecallBlock};
 use super::recall::render_parts;
@@ -10,6 +11,8 @@ use super::tokens;
 use crate::models::{CallCtx, Judge, ModelError};
 use crate::store::{keys, Store, Table};
 
+/// Items a distilled block keeps at most.
+const DISTILLED_ITEMS: usize = 3;
 /// Characters of conversation the judge reads after the block, at most (the latest kept).
 const CONVERSATION_CHARS: usize = 8_000;
 
@@ -64,7 +67,15 @@ pub(super) fn apply(st: &mut State, store: &Store, seq: u64, keep: &[usize]) {
     let Some(block) = st.recalls.get(&seq).filter(|b| !b.distilled).cloned() else {
         return;
     };
-    let items: Vec<_> = keep.iter().filter_map(|&i| block.items.get(i).cloned()).collect();
+    // The best few facts the judge kept (items are in score order): a distilled block is
+    // history from now on, and every turn may leave one. Excerpts served their turn; what
+    // lasts of them is the facts noted from them.
+    let items: Vec<_> = keep
+        .iter()
+        .filter_map(|&i| block.items.get(i).cloned())
+        .filter(|i| i.kind == "fact")
+        .take(DISTILLED_ITEMS)
+        .collect();
     let facts: Vec<_> = items
         .iter()
         .filter(|i| i.kind == "fact")

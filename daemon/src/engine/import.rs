@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use super::records::{
-    Entity, Episode, Fact, Job, JobKind, MemoryRecord, Passage, RecallBlock, Source, StoredMessage, Trace, UnitScore,
+    Entity, Episode, EpisodeState, Fact, Job, JobKind, MemoryRecord, Passage, RecallBlock, Source, StoredMessage, Trace, UnitScore,
 };
 use super::{graph, state, Engine, EngineError};
 use crate::formats::{self, Format, Role};
@@ -98,7 +98,10 @@ impl Engine {
                 error: None,
             });
             record.next_job += 1;
-        } else if episodes.iter().any(|e| !e.passaged) {
+        } else if episodes
+            .iter()
+            .any(|e| matches!(e.state, EpisodeState::Sealed | EpisodeState::Forgotten) && !e.passaged)
+        {
             jobs.push(Job {
                 n: record.next_job,
                 at: record.updated_at,

@@ -2,10 +2,10 @@
 //! into passages, embedded without the lock and stored under it; then the facts and passages
 //! past the index's marks are added to the word and vector indexes, which are committed before
 //! the marks move. LMDB stays the truth: indexes behind their memory (or missing) are brought up
-//! to date or rebuilt, by the next job or by the check at start.
+//! to date or rebuilt, by the next job or by the check at start (which only reads the store).
 
 use super::passages::passages_of;
-use super::records::{EpisodeState, Fact, JobKind, MemoryRecord, Passage, StoredMessage, VectorKind, VectorRecord};
+use super::records::{EpisodeState, Fact, MemoryRecord, Passage, StoredMessage, VectorKind, VectorRecord};
 use super::recall::Doc;
 use super::state::State;
 use super::{Engine, EngineError};
@@ -158,8 +158,9 @@ impl Engine {
         vix.save(memory).map_err(index_error)
     }
 
-    /// At start: queues an `Index` job for every memory whose indexes are behind the store,
-    /// ahead of it (a restored backup) or missing (deleted while stopped). Returns how many.
+    /// At start, before serving: brings every memory's indexes up to the store, rebuilding
+    /// those missing (deleted while stopped) or ahead of it (a restored backup). Reads the
+    /// store, never writes it. Returns how many memories it touched.
     pub fn check_indexes(&self) -> Result<usize, EngineError> {
         let Some(ix) = &self.indexes else { return Ok(0) };
         let behind: Vec<String> = self.store.read(|r| {
@@ -169,20 +170,16 @@ impl Engine {
                     facts: m.next_fact,
                     passages: m.next_passage,
                 };
-                let has_sealed = m.next_episode > 0;
-                if (truth != Marks::default() || has_sealed) && ix.marks(&m.id) != Some(truth) {
+                if truth != Marks::default() && ix.marks(&m.id) != Some(truth) {
                     ids.push(m.id);
                 }
                 Ok(true)
             })?;
             Ok(ids)
         })?;
-        for m in &behind {
-            let lock = self.lock(m);
-            let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-            let mut st = self.take_state(m, 0.0)?;
-            st.push_job(JobKind::Index, st.memory.updated_at);
-            self.save_and_keep(st)?;
+        for (i, m) in behind.iter().enumerate() {
+            tracing::info!(memory = %m, done = i, of = behind.len(), "bringing search indexes up to the store");
+            self.update_indexes(m)?;
         }
         Ok(behind.len())
     }

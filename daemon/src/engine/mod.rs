@@ -65,6 +65,9 @@ pub struct EngineConfig {
     pub lane_workers: usize,
     /// Memories whose loaded state is kept between ops (most recently used).
     pub cached_memories: usize,
+    /// Whether new user messages recall what left the view (and facts and passages are
+    /// indexed for it). Off, the engine is the fade-and-seal mechanism alone.
+    pub recall: bool,
     /// Largest recall block, in tokens (it also fits in what the history budget leaves).
     pub recall_tokens: u64,
     /// How long decorate waits for the embedder to embed a new user message for recall; past
@@ -82,6 +85,7 @@ impl Default for EngineConfig {
             max_episodes_judged: 32,
             lane_workers: 1,
             cached_memories: 64,
+            recall: true,
             recall_tokens: 4_000,
             recall_deadline_ms: 300,
         }
@@ -146,6 +150,9 @@ struct StateCache {
     order: std::collections::VecDeque<String>,
 }
 
+/// A new user message's recall block may take at least 1/RECALL_SHARE of the history budget.
+const RECALL_SHARE: u64 = 3;
+
 /// Unix seconds now, or the caller's injected time.
 fn now_or(now: Option<f64>) -> Result<f64, EngineError> {
     let now = now.unwrap_or_else(|| {
@@ -168,11 +175,15 @@ impl Engine {
     pub fn new(store: Arc<Store>, models: Option<Models>, config: EngineConfig) -> Engine {
         let note_costs = NoteCosts::new(&config.note_tool);
         let dim = models.as_ref().map(|m| m.embedder.id().dim);
-        let indexes = match crate::index::Indexes::open(&store.path().join("index"), dim) {
-            Ok(ix) => Some(ix),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot open the search indexes; recall is off");
-                None
+        let indexes = if !config.recall {
+            None
+        } else {
+            match crate::index::Indexes::open(&store.path().join("index"), dim) {
+                Ok(ix) => Some(ix),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot open the search indexes; recall is off");
+                    None
+                }
             }
         };
         Engine {
@@ -340,8 +351,18 @@ impl Engine {
             .last()
             .filter(|m| new_user && m.message.role == Role::User)
             .map(|m| m.seq);
+        // The block gets at least a share of the budget: when the view leaves less (episodes
+        // are leaving and cannot fade yet), the least active live episodes are held back from
+        // this request to make room (`hidden_for_recall`); the next fade settles it.
+        let mut recall_limit = None;
         if let (Some(q), Some(seq)) = (&query, new_user_seq) {
-            let room = measure.budget.history.saturating_sub(measure.view).min(self.config.recall_tokens);
+            let reserve = (measure.budget.history / RECALL_SHARE).min(self.config.recall_tokens);
+            let room = measure
+                .budget
+                .history
+                .saturating_sub(measure.view)
+                .max(reserve)
+                .min(self.config.recall_tokens);
             let recalled = self.recall(&st, q, seq, room, now);
             recall_info = recalled.info;
             if let Some(block) = recalled.block {
@@ -349,9 +370,13 @@ impl Engine {
                 m.tokens = m.tokens.saturating_add(block.tokens as u32);
                 measure.view += tokens::corrected(block.tokens, ratio);
                 st.put_recall(block);
+                if measure.view > measure.budget.history {
+                    recall_limit = Some(measure.budget.fixed + measure.budget.history);
+                }
             }
         }
-        // The previous message's block is distilled now that the conversation moved on.
+        // The previous message's block is distilled now that the conversation moved on (if its
+        // turn's last reply has not had it distilled already).
         if let Some(seq) = new_user_seq {
             let previous = st.recalls.range(..seq).next_back().filter(|(_, b)| !b.distilled).map(|(s, _)| *s);
             if let Some(p) = previous {
@@ -367,7 +392,7 @@ impl Engine {
         }
 
         // 5. Assemble.
-        let assembled = self.assemble(&st, &parsed, ratio, &measure);
+        let assembled = self.assemble(&st, &parsed, ratio, &measure, recall_limit);
         st.memory.last_estimate = parsed.model.clone().map(|model| records::Estimate {
             model,
             tokens: assembled.tokens,
@@ -399,6 +424,7 @@ impl Engine {
             "ratio": ratio,
             "note_ask": assembled.note_ask,
             "hidden_for_ceiling": assembled.hidden,
+            "hidden_for_recall": assembled.hidden_for_recall,
             "in_view": assembled.in_view,
             "recall": recall_info,
             "episodes": st.episodes.iter().map(|e| json!({
@@ -474,6 +500,18 @@ impl Engine {
         // budget the last decorate measured, so decorate rarely has to cut inline.
         if self.cut_ready(&st, self.cut_budget(&st)) {
             st.push_job(JobKind::Cut, now);
+        }
+        // A reply that ends the turn (text, no tool calls) shows what the turn's recall block
+        // was used for: the lane distills the block now, before the next message needs room.
+        let ends_turn = kept
+            .last()
+            .is_some_and(|m| m.role == Role::Assistant && m.tool_calls.is_empty() && !m.text.trim().is_empty());
+        if ends_turn {
+            let turn = st.memory.turn;
+            let open = st.recalls.values().rev().find(|b| b.turn == turn && !b.distilled).map(|b| b.seq);
+            if let Some(seq) = open {
+                st.push_job(JobKind::Distill { seq }, now);
+            }
         }
         self.queue_indexing(&mut st, now);
         st.memory.updated_at = now;

@@ -41,6 +41,20 @@ const RECENT_MESSAGES: usize = 4;
 const PART_MIN_WORDS: usize = 6;
 const PART_MAX_WORDS: usize = 60;
 
+/// How much a search's ranks count in the fusion. Meaning counts most; words help with names
+/// and numbers; the recent conversation only steers a follow-up ("and the other one?"), since
+/// it mostly holds what the message is not about (measured on the LoCoMo dev replay at 4k:
+/// with the recent search at full weight availability fell from 0.836 to 0.804).
+fn weight(search: &str) -> f64 {
+    if search == "words:recent" {
+        0.25
+    } else if search.starts_with("words") {
+        0.5
+    } else {
+        1.0
+    }
+}
+
 /// Documents in a memory's indexes: facts and passages share one key space.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(super) enum Doc {
@@ -254,7 +268,7 @@ impl Engine {
         for (name, keys) in &lists {
             for (rank, key) in keys.iter().enumerate() {
                 let e = fused.entry(*key).or_default();
-                e.0 += 1.0 / (RRF_K + rank as f64 + 1.0);
+                e.0 += weight(name) / (RRF_K + rank as f64 + 1.0);
                 e.1.push(name.clone());
             }
         }
