@@ -64,7 +64,8 @@ impl Agent {
                 .iter()
                 .filter(|e| e["state"] == "leaving")
                 .map(|e| {
-                    json!({"note": format!("{}: turns {} to {} covered orders for warehouse shipments.", self.memory, e["turns"][0], e["turns"][1]),
+                    // Seqs too: two episodes may share a turn (a cut between its units).
+                    json!({"note": format!("{}: turns {} to {} (seqs {}-{}) covered orders for warehouse shipments.", self.memory, e["turns"][0], e["turns"][1], e["seqs"][0], e["seqs"][1]),
                         "subject": format!("{} orders", self.memory), "object": format!("turns {}-{}", e["turns"][0], e["turns"][1]), "milestone": false})
                 })
                 .collect();
@@ -182,7 +183,8 @@ fn kill_9_while_lanes_are_busy_loses_nothing_and_runs_every_job_once() {
             assert!(f["subject_entity"].is_u64(), "{}: a graph job was lost: {f}", a.memory);
             total_facts += 1;
         }
-        assert!(per_note.values().all(|n| *n == 1), "{}: a note's facts were written twice", a.memory);
+        let twice: Vec<_> = per_note.iter().filter(|(_, n)| **n > 1).collect();
+        assert!(twice.is_empty(), "{}: a note's facts were written twice: {twice:?}", a.memory);
         let note_ids: Vec<&str> = export["messages"]
             .as_array()
             .unwrap()
