@@ -391,7 +391,7 @@ impl Engine {
             st.push_job(JobKind::ScoreUnits, now);
         }
 
-        // 5. Assemble.
+        // 6. Assemble.
         let assembled = self.assemble(&st, &parsed, ratio, &measure, recall_limit);
         st.memory.last_estimate = parsed.model.clone().map(|model| records::Estimate {
             model,
