@@ -27,7 +27,7 @@ build-release:
 model:
 	scripts/fetch-model.sh "$(MODEL_DIR)"
 
-test: model build test-rust test-python test-ts test-e2e
+test: model build test-rust test-bench test-python test-ts test-e2e
 	@echo "all suites passed"
 
 test-rust:
@@ -36,7 +36,7 @@ test-rust:
 # The replay benchmark's own tests (scoring on a tiny hand-made file; one replay through the
 # debug daemon). The benchmark itself is `make bench-replay`.
 test-bench: model build
-	RECALLD_BIN="$(REPO)/target/debug/recalld" cargo test -p recalld-bench
+	RECALLD_BIN="$(REPO)/target/debug/recalld" scripts/summarize-failure.sh target/test-bench.log cargo test -p recalld-bench
 
 $(PY):
 	python3 -m venv "$(VENV)"
