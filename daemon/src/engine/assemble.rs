@@ -132,8 +132,20 @@ impl Engine {
         let mut hidden = Vec::new();
         let ceiling = measure.budget.ceiling;
         let mut total = measure.budget.fixed + measure.view;
+        let activations = || activation::of_episodes(st.episodes.len(), &st.traces, st.memory.updated_at);
+        // Takes an episode's messages out of the view; returns their size.
+        let hold_back = |view: &mut Vec<&StoredMessage>, e: &Episode| -> u64 {
+            let size = view
+                .iter()
+                .filter(|m| m.seq >= e.first_seq && m.seq <= e.last_seq)
+                .map(|m| tokens::corrected(m.tokens as u64, ratio))
+                .sum();
+            view.retain(|m| m.seq < e.first_seq || m.seq > e.last_seq);
+            size
+        };
+        let mut act = None;
         if total > ceiling {
-            let act = activation::of_episodes(st.episodes.len(), &st.traces, st.memory.updated_at);
+            let act = act.get_or_insert_with(activations);
             let mut candidates: Vec<&Episode> = st
                 .episodes
                 .iter()
@@ -149,13 +161,7 @@ impl Engine {
                 if total <= ceiling {
                     break;
                 }
-                let size: u64 = view
-                    .iter()
-                    .filter(|m| m.seq >= e.first_seq && m.seq <= e.last_seq)
-                    .map(|m| tokens::corrected(m.tokens as u64, ratio))
-                    .sum();
-                view.retain(|m| m.seq < e.first_seq || m.seq > e.last_seq);
-                total = total.saturating_sub(size);
+                total = total.saturating_sub(hold_back(&mut view, e));
                 hidden.push(e.n);
             }
         }
@@ -163,20 +169,14 @@ impl Engine {
         // in this request only (never a leaving one: the note ask needs the model to see it).
         let mut hidden_for_recall = Vec::new();
         if let Some(limit) = recall_limit {
-            let act = activation::of_episodes(st.episodes.len(), &st.traces, st.memory.updated_at);
+            let act = act.get_or_insert_with(activations);
             let mut live: Vec<&Episode> = st.episodes_in(EpisodeState::Live).filter(|e| !hidden.contains(&e.n)).collect();
             live.sort_by(|a, b| act[a.n as usize].total_cmp(&act[b.n as usize]).then(a.n.cmp(&b.n)));
             for e in live {
                 if total <= limit {
                     break;
                 }
-                let size: u64 = view
-                    .iter()
-                    .filter(|m| m.seq >= e.first_seq && m.seq <= e.last_seq)
-                    .map(|m| tokens::corrected(m.tokens as u64, ratio))
-                    .sum();
-                view.retain(|m| m.seq < e.first_seq || m.seq > e.last_seq);
-                total = total.saturating_sub(size);
+                total = total.saturating_sub(hold_back(&mut view, e));
                 hidden_for_recall.push(e.n);
             }
         }

@@ -307,35 +307,25 @@ impl Engine {
         let prefix = keys::memory_prefix(memory);
         self.store
             .read(|r| {
-                r.visit(Table::Facts, &prefix, &prefix, |_, f: Fact| {
-                    if !current(r, VectorKind::Fact, f.n)? {
-                        if stale.len() == REEMBED_BATCH {
-                            more = true;
-                            return Ok(false);
-                        }
-                        stale.push((VectorKind::Fact, f.n, f.note));
+                // Takes one record's text unless its vector is the current model's; false (stop)
+                // once the batch is full.
+                let mut take = |kind: VectorKind, n: u64, text: String| -> Result<bool, crate::store::StoreError> {
+                    if current(r, kind, n)? {
+                        return Ok(true);
                     }
+                    if stale.len() == REEMBED_BATCH {
+                        more = true;
+                        return Ok(false);
+                    }
+                    stale.push((kind, n, text));
                     Ok(true)
-                })?;
+                };
+                r.visit(Table::Facts, &prefix, &prefix, |_, f: Fact| take(VectorKind::Fact, f.n, f.note))?;
                 r.visit(Table::Passages, &prefix, &prefix, |_, p: Passage| {
-                    if !current(r, VectorKind::Passage, p.n)? {
-                        if stale.len() == REEMBED_BATCH {
-                            more = true;
-                            return Ok(false);
-                        }
-                        stale.push((VectorKind::Passage, p.n, p.text));
-                    }
-                    Ok(true)
+                    take(VectorKind::Passage, p.n, p.text)
                 })?;
                 r.visit(Table::Entities, &prefix, &prefix, |_, e: super::records::Entity| {
-                    if !current(r, VectorKind::Entity, e.n)? {
-                        if stale.len() == REEMBED_BATCH {
-                            more = true;
-                            return Ok(false);
-                        }
-                        stale.push((VectorKind::Entity, e.n, e.name));
-                    }
-                    Ok(true)
+                    take(VectorKind::Entity, e.n, e.name)
                 })?;
                 Ok(())
             })
