@@ -68,10 +68,10 @@ fn sigkill_at_random_points_loses_no_acknowledged_report_and_duplicates_nothing(
     let mut rng = Rng(seed);
     // Fact scoring judges each new fact against the most recent episodes only, so the lanes
     // keep pace with the clients and drain quickly after the last restart.
-    // Recall is off here: with it, the debug build's lane (passages embedded and indexed per
-    // sealed episode) left 130 jobs queued 60 s after the last restart. To be looked into; the
-    // recall tables and indexes are covered by tests/recall.rs (a restart with indexes deleted).
-    let mut d = Daemon::start_with_config("[engine]\nmax_episodes_judged = 4\nrecall = false\n");
+    // Recall is on, with a short embedding deadline: a daemon lives 5–65 ms between kills, less
+    // than embedding a message takes in a debug build, so recall mostly searches by words here
+    // (what is tested is that its tables and indexes survive the kills).
+    let mut d = Daemon::start_with_config("[engine]\nmax_episodes_judged = 4\nrecall_deadline_ms = 20\n");
     let config = d.dir.path().join("recalld.toml");
     let config = config.to_str().unwrap().to_string();
     let socket = d.socket.clone();
@@ -135,10 +135,45 @@ fn sigkill_at_random_points_loses_no_acknowledged_report_and_duplicates_nothing(
     convo::drain(&mut c);
     eprintln!("kill loop: lanes drained {:.1} s after the last restart", t.elapsed().as_secs_f64());
     let acked = acked.lock().unwrap();
+    let mut exports = BTreeMap::new();
     for convo in &convos {
         let export = c.call("export", json!({"memory": convo.memory})).unwrap();
         check(convo, &export, acked.get(&convo.memory).map(Vec::as_slice).unwrap_or_default());
+        exports.insert(convo.memory.clone(), export);
     }
+    d.stop();
+    check_indexes(&d.data.join("index"), &exports);
+}
+
+/// After the kills and the drain, each memory's word and vector indexes hold exactly the facts
+/// and passages its export has (recall's documents: fact n is 2n, passage n is 2n + 1).
+fn check_indexes(root: &std::path::Path, exports: &BTreeMap<String, Value>) {
+    let words = recalld::index::words::Words::open(root, 8).unwrap();
+    let vectors = recalld::index::vectors::Vectors::open(root, 384).unwrap();
+    let mut checked = 0;
+    for dir in std::fs::read_dir(root).unwrap() {
+        let Ok(id) = std::fs::read_to_string(dir.unwrap().path().join("memory.id")) else { continue };
+        // The daemon's id is qualified by the caller's namespace ("u<uid>/").
+        let name = id.split_once('/').map_or(id.as_str(), |(_, n)| n);
+        let export = &exports[name];
+        let mut want: Vec<u64> = export["facts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["note"].as_str().is_some_and(|n| !n.is_empty()))
+            .map(|f| 2 * f["n"].as_u64().unwrap())
+            .chain(export["passages"].as_array().unwrap().iter().map(|p| 2 * p["n"].as_u64().unwrap() + 1))
+            .collect();
+        want.sort_unstable();
+        let mut held = words.ids(&id).unwrap();
+        held.sort_unstable();
+        assert_eq!(held, want, "{name}: the word index holds what the store does");
+        let mut held = vectors.ids(&id).unwrap();
+        held.sort_unstable();
+        assert_eq!(held, want, "{name}: the vector index holds what the store does");
+        checked += 1;
+    }
+    assert!(checked > 0, "no memory had indexes: nothing was checked");
 }
 
 fn check(convo: &Convo, export: &Value, acked: &[u64]) {

@@ -69,11 +69,10 @@ pub(super) fn remember_instructions(st: &mut State, instructions: &[Message], no
     if instructions.is_empty() {
         return;
     }
-    let fingerprint = format!(
-        "{:016x}",
+    let fingerprint = super::records::fingerprint_hex(
         instructions
             .iter()
-            .fold(0u64, |h, m| h.rotate_left(7) ^ m.fingerprint())
+            .fold(0u64, |h, m| h.rotate_left(7) ^ m.fingerprint()),
     );
     if st
         .memory

@@ -142,6 +142,8 @@ pub struct Engine {
     /// Word and vector indexes of facts and passages, under `<data>/index` (None when they
     /// cannot be opened: recall is then off, and says so in the log).
     indexes: Option<crate::index::Indexes>,
+    /// Recall's embeddings on the request path: one at a time, dropped once their caller gave up.
+    query_embedder: Option<crate::models::queue::QueryEmbedder>,
 }
 
 #[derive(Default)]
@@ -186,7 +188,12 @@ impl Engine {
                 }
             }
         };
+        let query_embedder = match (&models, &indexes) {
+            (Some(m), Some(_)) => Some(crate::models::queue::QueryEmbedder::new(m.embedder.clone())),
+            _ => None,
+        };
         Engine {
+            query_embedder,
             store,
             models,
             config,
@@ -317,6 +324,7 @@ impl Engine {
             if m.role == Role::User {
                 st.memory.turn = stored.turn;
                 st.memory.last_user_at = Some(now);
+                st.memory.last_user_fingerprint = Some(records::fingerprint_hex(m.fingerprint()));
             }
             st.push_message(stored);
         }

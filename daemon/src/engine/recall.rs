@@ -14,11 +14,10 @@ use std::time::Instant;
 use serde_json::{json, Value};
 
 use super::passages::{date, turns};
-use super::records::{EpisodeState, Fact, Passage, RecallBlock, RecallItem, VectorKind, VectorRecord};
+use super::records::{fingerprint_hex, EpisodeState, Fact, Passage, RecallBlock, RecallItem, VectorKind, VectorRecord};
 use super::state::State;
 use super::{blocks, tokens, Engine};
 use crate::formats::{ParsedRequest, Role};
-use crate::models::CallCtx;
 use crate::store::{keys, Table};
 
 /// Reciprocal rank fusion's constant: a document's score is Σ 1 / (RRF_K + rank).
@@ -179,34 +178,30 @@ impl Engine {
         }
         let record: Option<super::records::MemoryRecord> =
             self.store.read(|r| r.get(Table::Memories, &keys::memory(memory))).ok()?;
-        if record.is_none_or(|m| m.next_fact == 0 && m.next_passage == 0) {
+        let record = record?;
+        if record.next_fact == 0 && record.next_passage == 0 {
+            return None;
+        }
+        // The same request sent again (after a reply that was only the note) has no new
+        // message: nothing is recalled for it, so nothing is embedded.
+        if record.last_user_fingerprint.as_deref() == Some(fingerprint_hex(last.fingerprint()).as_str()) {
             return None;
         }
         let parts = split_parts(text);
         let started = Instant::now();
         let mut vectors = Vec::new();
-        if let (Some(models), Some(_)) = (&self.models, self.indexes.as_ref().and_then(|i| i.vectors.as_ref())) {
+        let vector_index = self.indexes.as_ref().and_then(|i| i.vectors.as_ref());
+        if let (Some(queue), Some(_)) = (&self.query_embedder, vector_index) {
             let mut texts: Vec<String> = vec![text.to_owned()];
             texts.extend(parts.iter().cloned());
             let want = texts.len();
-            // The embedder may be a remote endpoint: wait for it at most the recall deadline,
-            // then search by words only (the late answer is dropped).
-            let (tx, rx) = std::sync::mpsc::channel();
-            let (embedder, id) = (models.embedder.clone(), memory.to_owned());
-            std::thread::spawn(move || {
-                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-                let _ = tx.send(embedder.embed(&CallCtx::new(&id), &refs));
-            });
-            let deadline = std::time::Duration::from_millis(self.config.recall_deadline_ms);
-            match rx.recv_timeout(deadline) {
-                Ok(Ok(v)) if v.len() == want => vectors = v,
-                Ok(Ok(_)) => tracing::warn!(memory, "embedder gave the wrong number of vectors; recall by words only"),
-                Ok(Err(e)) => tracing::warn!(memory, error = %e, "cannot embed the message; recall by words only"),
-                Err(_) => tracing::warn!(
-                    memory,
-                    deadline_ms = self.config.recall_deadline_ms,
-                    "embedding the message missed the recall deadline; recall by words only"
-                ),
+            // The embedder may be a remote endpoint or busy: wait at most the recall deadline,
+            // then search by words only.
+            let wait = std::time::Duration::from_millis(self.config.recall_deadline_ms);
+            match queue.embed(memory, texts, wait) {
+                Ok(v) if v.len() == want => vectors = v,
+                Ok(_) => tracing::warn!(memory, "embedder gave the wrong number of vectors; recall by words only"),
+                Err(e) => tracing::warn!(memory, error = %e, "cannot embed the message in time; recall by words only"),
             }
         }
         Some(Query {
@@ -347,12 +342,7 @@ impl Engine {
     /// Adds the facts one entity away from the best facts found, scored by their source's score
     /// and their cosine with the message. Returns how many it added.
     fn walk<'a>(&self, st: &'a State, q: &Query, candidates: &mut Vec<Candidate<'a>>) -> usize {
-        let mut degree: HashMap<u64, usize> = HashMap::new();
-        for f in st.facts.iter().filter(|f| f.is_active()) {
-            for e in entities(f) {
-                *degree.entry(e).or_default() += 1;
-            }
-        }
+        let memory = st.memory.id.as_str();
         let present: HashSet<Doc> = candidates.iter().map(|c| c.doc).collect();
         let sources: Vec<(u64, f64)> = candidates
             .iter()
@@ -366,21 +356,22 @@ impl Engine {
         for (source, score) in sources {
             let Some(f) = st.fact(source) else { continue };
             for e in entities(f) {
-                if degree.get(&e).copied().unwrap_or(0) > HUB_DEGREE {
+                // The entity's edges, newest first, read only as far as a hub's degree: the
+                // walk's cost does not grow with the graph.
+                let Ok(Some(edge_facts)) = self.store.read(|r| edge_facts(r, memory, e, HUB_DEGREE)) else {
                     continue;
-                }
-                let neighbours = st
-                    .facts
-                    .iter()
-                    .rev()
-                    .filter(|g| g.n != f.n && g.is_active() && !g.note.is_empty() && entities(g).any(|x| x == e))
+                };
+                let neighbours = edge_facts
+                    .into_iter()
+                    .filter_map(|n| st.fact(n))
+                    .filter(|g| g.n != f.n && g.is_active() && !g.note.is_empty())
                     .filter(|g| !present.contains(&Doc::Fact(g.n)) && !in_facts_block(st, g))
                     .take(WALK_NEIGHBOURS);
                 for g in neighbours {
                     let cos = q
                         .vectors
                         .first()
-                        .and_then(|v| self.fact_vector(&st.memory.id, g.n).map(|w| cosine(v, &w)))
+                        .and_then(|v| self.fact_vector(memory, g.n).map(|w| cosine(v, &w)))
                         .unwrap_or(0.5);
                     let s = score * WALK_DECAY * f64::from(cos.max(0.0));
                     let e = added.entry(g.n).or_insert((0.0, source));
@@ -420,6 +411,17 @@ fn passage_in_view(st: &State, p: &Passage) -> bool {
     st.episodes
         .get(p.episode as usize)
         .is_some_and(|e| matches!(e.state, EpisodeState::Live | EpisodeState::Leaving))
+}
+
+/// The facts on entity `e`'s edges, newest first; None when it has more than `hub` (a hub).
+fn edge_facts(r: &crate::store::Reader<'_>, memory: &str, e: u64, hub: usize) -> Result<Option<Vec<u64>>, crate::store::StoreError> {
+    let mut facts = Vec::new();
+    r.visit_rev(Table::Edges, &keys::seq2_prefix(memory, e), |k, _other: u64| {
+        facts.push(u64::from_be_bytes(k[k.len() - 8..].try_into().expect("8-byte suffix")));
+        Ok(facts.len() <= hub)
+    })?;
+    facts.dedup();
+    Ok((facts.len() <= hub).then_some(facts))
 }
 
 fn entities(f: &Fact) -> impl Iterator<Item = u64> + '_ {

@@ -29,6 +29,10 @@ pub struct MemoryRecord {
     /// When the last user message arrived.
     #[serde(default)]
     pub last_user_at: Option<f64>,
+    /// The last user message's fingerprint (hex: JavaScript numbers stop at 2^53), so a request
+    /// sent again is known before the lock is taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_user_fingerprint: Option<String>,
     #[serde(default)]
     pub next_episode: u64,
     #[serde(default)]
@@ -74,6 +78,11 @@ pub struct Estimate {
     pub tokens: u64,
 }
 
+/// A fingerprint as stored on records (hex).
+pub fn fingerprint_hex(fp: u64) -> String {
+    format!("{fp:016x}")
+}
+
 impl MemoryRecord {
     pub fn new(id: &str, now: f64) -> MemoryRecord {
         MemoryRecord {
@@ -86,6 +95,7 @@ impl MemoryRecord {
             next_seq: 0,
             turn: 0,
             last_user_at: None,
+            last_user_fingerprint: None,
             next_episode: 0,
             next_fact: 0,
             ratios: BTreeMap::new(),

@@ -16,6 +16,7 @@
 mod config;
 mod minilm;
 mod openai;
+pub mod queue;
 mod rules;
 mod usage;
 
