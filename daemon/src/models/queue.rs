@@ -78,10 +78,6 @@ impl QueryEmbedder {
 }
 
 fn work(embedder: Arc<dyn Embedder>, rx: Receiver<Request>, dropped: Arc<std::sync::atomic::AtomicU64>) {
-    let t = Instant::now();
-    // The first pass pays for the model's lazy set-up: pay it before the first caller waits.
-    let warm = embedder.embed(&CallCtx::new(""), &["warm up"]);
-    tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, ok = warm.is_ok(), "query embedder warmed up");
     while let Ok(request) = rx.recv() {
         if Instant::now() >= request.deadline {
             dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
