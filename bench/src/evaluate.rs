@@ -51,6 +51,7 @@ pub fn evaluate(
                 // For looking into what recalld sent: RECALLD_BENCH_REQUESTS=1 keeps the requests.
                 if std::env::var_os("RECALLD_BENCH_REQUESTS").is_some() {
                     row[s]["request"] = request.clone();
+                    row[s]["recall"] = a.recall.clone();
                 }
             }
         }

@@ -57,6 +57,8 @@ pub struct Asked {
     pub question: usize,
     pub request: Value,
     pub tokens: u64,
+    /// recalld's own account of the recall (`info.recall`), for looking into a miss.
+    pub recall: Value,
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -293,6 +295,7 @@ pub fn replay(
             question: qi,
             tokens: d["info"]["request_tokens"].as_u64().unwrap_or(0),
             request: d["request"].clone(),
+            recall: d["info"]["recall"].clone(),
         });
     }
     run.stats.seconds = started.elapsed().as_secs_f64();

@@ -146,7 +146,11 @@ impl Daemon {
         let bin = std::env::var_os("RECALLD_BIN")
             .map(PathBuf::from)
             .unwrap_or_else(|| repo.join("target/release/recalld"));
-        assert!(bin.exists(), "{} not found: cargo build --release -p recalld", bin.display());
+        assert!(
+            bin.exists(),
+            "{} not found: cargo build --release -p recalld",
+            bin.display()
+        );
         let model = std::env::var_os("RECALLD_MODEL_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| repo.join("models/all-MiniLM-L6-v2"));
@@ -155,7 +159,13 @@ impl Daemon {
         let cfg = dir.path().join("recalld.toml");
         std::fs::write(&cfg, config).unwrap();
         let mut child = Command::new(&bin)
-            .args(["serve", "--config", cfg.to_str().unwrap(), "--socket", socket.to_str().unwrap()])
+            .args([
+                "serve",
+                "--config",
+                cfg.to_str().unwrap(),
+                "--socket",
+                socket.to_str().unwrap(),
+            ])
             .arg("--data")
             .arg(dir.path().join("data"))
             .env("RECALLD_LOG", "warn")
@@ -170,7 +180,11 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(50));
         }
         println!("binary {}", bin.display());
-        Daemon { child, socket, _dir: dir }
+        Daemon {
+            child,
+            socket,
+            _dir: dir,
+        }
     }
 }
 
@@ -223,7 +237,11 @@ fn drain(c: &mut Client) {
     let before = c.call("stats", json!({})).unwrap();
     let pending = before["jobs_pending"].as_u64().unwrap_or(0);
     let t = Instant::now();
-    while c.call("stats", json!({})).unwrap()["jobs_pending"].as_u64().unwrap_or(0) > 0 {
+    while c.call("stats", json!({})).unwrap()["jobs_pending"]
+        .as_u64()
+        .unwrap_or(0)
+        > 0
+    {
         std::thread::sleep(Duration::from_millis(50));
     }
     let after = c.call("stats", json!({})).unwrap();
@@ -240,14 +258,17 @@ fn drain(c: &mut Client) {
 /// A memory filled turn by turn at a realistic ceiling, notes answered; then `calls` measured
 /// rounds of decorate + report (with a note round when asked).
 fn realistic(c: &mut Client, o: &Opts, ceiling: u64) {
-    println!("ceiling {ceiling}; filled turn by turn with notes answered; {} rounds per size", o.calls);
-    println!("| stored messages | fill s | decorate p50 ms | decorate p99 ms | report p50 ms | report p99 ms | note asks | lane depth at end |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!(
+        "ceiling {ceiling}; filled turn by turn with notes answered; {} rounds per size",
+        o.calls
+    );
+    println!("| stored messages | fill s | decorate p50 ms | decorate p99 ms | with recall: n, p50 ms, p99 ms | report p50 ms | report p99 ms | note asks | lane depth at end |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for &size in &o.sizes {
         let memory = format!("real-{size}");
         let mut now = 1.7e9;
         let mut k = 0usize;
-        let (mut dec, mut rep) = (Vec::new(), Vec::new());
+        let (mut dec, mut rep, mut dec_recall) = (Vec::new(), Vec::new(), Vec::new());
         let mut asks = 0;
         let t = Instant::now();
         let mut fill = 0.0;
@@ -263,30 +284,53 @@ fn realistic(c: &mut Client, o: &Opts, ceiling: u64) {
             let req = json!({"model": "gpt-4o", "messages": messages});
             let started = Instant::now();
             let r = c
-                .call("decorate", json!({"memory": memory, "history": "delta", "ceiling": ceiling, "now": now, "request": req}))
+                .call(
+                    "decorate",
+                    json!({"memory": memory, "history": "delta", "ceiling": ceiling, "now": now, "request": req}),
+                )
                 .unwrap();
             if measuring {
-                dec.push(started.elapsed().as_secs_f64() * 1e3);
+                let ms = started.elapsed().as_secs_f64() * 1e3;
+                if r["info"]["recall"].is_object() {
+                    dec_recall.push(ms)
+                } else {
+                    dec.push(ms)
+                }
             }
             if r["info"]["note_ask"] == true {
                 asks += 1;
-                let reply = chat_reply(&format!("n{k}"), note_message(&r["info"], &format!("note{k}")), &r["info"]["request_tokens"]);
+                let reply = chat_reply(
+                    &format!("n{k}"),
+                    note_message(&r["info"], &format!("note{k}")),
+                    &r["info"]["request_tokens"],
+                );
                 let started = Instant::now();
-                let out = c.call("report", json!({"memory": memory, "now": now + 0.5, "response": reply})).unwrap();
+                let out = c
+                    .call("report", json!({"memory": memory, "now": now + 0.5, "response": reply}))
+                    .unwrap();
                 if measuring {
                     rep.push(started.elapsed().as_secs_f64() * 1e3);
                 }
                 assert_eq!(out["again"], true);
                 let started = Instant::now();
-                c.call("decorate", json!({"memory": memory, "history": "delta", "now": now + 0.6,
-                    "request": {"model": "gpt-4o", "messages": []}})).unwrap();
+                c.call(
+                    "decorate",
+                    json!({"memory": memory, "history": "delta", "now": now + 0.6,
+                    "request": {"model": "gpt-4o", "messages": []}}),
+                )
+                .unwrap();
                 if measuring {
                     dec.push(started.elapsed().as_secs_f64() * 1e3);
                 }
             }
-            let reply = chat_reply(&format!("c{k}"), json!({"role": "assistant", "content": text(k + 1, 200)}), &r["info"]["request_tokens"]);
+            let reply = chat_reply(
+                &format!("c{k}"),
+                json!({"role": "assistant", "content": text(k + 1, 200)}),
+                &r["info"]["request_tokens"],
+            );
             let started = Instant::now();
-            c.call("report", json!({"memory": memory, "now": now + 1.0, "response": reply})).unwrap();
+            c.call("report", json!({"memory": memory, "now": now + 1.0, "response": reply}))
+                .unwrap();
             if measuring {
                 rep.push(started.elapsed().as_secs_f64() * 1e3);
             }
@@ -294,9 +338,12 @@ fn realistic(c: &mut Client, o: &Opts, ceiling: u64) {
         }
         let depth = c.call("stats", json!({})).unwrap()["jobs_pending"].clone();
         println!(
-            "| {size} | {fill:.1} | {} | {} | {} | {} | {asks} | {depth} |",
+            "| {size} | {fill:.1} | {} | {} | {}, {}, {} | {} | {} | {asks} | {depth} |",
             pct(&mut dec, 0.5),
             pct(&mut dec, 0.99),
+            dec_recall.len(),
+            pct(&mut dec_recall, 0.5),
+            pct(&mut dec_recall, 0.99),
             pct(&mut rep, 0.5),
             pct(&mut rep, 0.99)
         );
@@ -311,10 +358,14 @@ fn traces(c: &mut Client, ceiling: u64) {
         .map(PathBuf::from)
         .unwrap_or_else(|| repo().join("../shared/bench"));
     let text = std::fs::read_to_string(dir.join("agent-traces-dev.jsonl")).expect("agent-traces-dev.jsonl");
-    let (mut dec, mut rep) = (Vec::new(), Vec::new());
+    let (mut dec, mut rep, mut dec_recall) = (Vec::new(), Vec::new(), Vec::new());
     let mut asks = 0;
     let t = Instant::now();
-    let convs: Vec<Value> = text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let convs: Vec<Value> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     for (ci, conv) in convs.iter().enumerate() {
         let memory = format!("trace-{ci}");
         let messages = conv["messages"].as_array().unwrap();
@@ -326,19 +377,39 @@ fn traces(c: &mut Client, ceiling: u64) {
             now += 20.0;
             let req = json!({"model": "gpt-4o", "messages": &messages[..i]});
             let started = Instant::now();
-            let mut r = c.call("decorate", json!({"memory": memory, "ceiling": ceiling, "now": now, "request": req})).unwrap();
-            dec.push(started.elapsed().as_secs_f64() * 1e3);
+            let mut r = c
+                .call(
+                    "decorate",
+                    json!({"memory": memory, "ceiling": ceiling, "now": now, "request": req}),
+                )
+                .unwrap();
+            let ms = started.elapsed().as_secs_f64() * 1e3;
+            if r["info"]["recall"].is_object() {
+                dec_recall.push(ms)
+            } else {
+                dec.push(ms)
+            }
             for ask in 0..4 {
                 if r["info"]["note_ask"] != true {
                     break;
                 }
                 asks += 1;
-                let reply = chat_reply("n", note_message(&r["info"], &format!("note-{i}-{ask}")), &r["info"]["request_tokens"]);
+                let reply = chat_reply(
+                    "n",
+                    note_message(&r["info"], &format!("note-{i}-{ask}")),
+                    &r["info"]["request_tokens"],
+                );
                 let started = Instant::now();
-                c.call("report", json!({"memory": memory, "now": now + 0.5, "response": reply})).unwrap();
+                c.call("report", json!({"memory": memory, "now": now + 0.5, "response": reply}))
+                    .unwrap();
                 rep.push(started.elapsed().as_secs_f64() * 1e3);
                 let started = Instant::now();
-                r = c.call("decorate", json!({"memory": memory, "ceiling": ceiling, "now": now + 0.6, "request": req})).unwrap();
+                r = c
+                    .call(
+                        "decorate",
+                        json!({"memory": memory, "ceiling": ceiling, "now": now + 0.6, "request": req}),
+                    )
+                    .unwrap();
                 dec.push(started.elapsed().as_secs_f64() * 1e3);
             }
             let mut reply_msg = m.clone();
@@ -347,7 +418,8 @@ fn traces(c: &mut Client, ceiling: u64) {
             }
             let reply = chat_reply("c", reply_msg, &r["info"]["request_tokens"]);
             let started = Instant::now();
-            c.call("report", json!({"memory": memory, "now": now + 1.0, "response": reply})).unwrap();
+            c.call("report", json!({"memory": memory, "now": now + 1.0, "response": reply}))
+                .unwrap();
             rep.push(started.elapsed().as_secs_f64() * 1e3);
         }
     }
@@ -355,15 +427,30 @@ fn traces(c: &mut Client, ceiling: u64) {
         "agent traces: {} conversations at ceiling {ceiling} in {:.1} s; {} decorates, {} reports, {asks} note asks",
         convs.len(),
         t.elapsed().as_secs_f64(),
-        dec.len(),
+        dec.len() + dec_recall.len(),
         rep.len()
     );
     println!("| op | p50 ms | p99 ms | max ms |");
     println!("|---|---|---|---|");
     let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
-    let (dm, rm) = (max(&dec), max(&rep));
-    println!("| decorate | {} | {} | {dm:.2} |", pct(&mut dec, 0.5), pct(&mut dec, 0.99));
-    println!("| report | {} | {} | {rm:.2} |", pct(&mut rep, 0.5), pct(&mut rep, 0.99));
+    let (dm, rm, drm) = (max(&dec), max(&rep), max(&dec_recall));
+    println!(
+        "| decorate (no recall: {}) | {} | {} | {dm:.2} |",
+        dec.len(),
+        pct(&mut dec, 0.5),
+        pct(&mut dec, 0.99)
+    );
+    println!(
+        "| decorate (recall: {}) | {} | {} | {drm:.2} |",
+        dec_recall.len(),
+        pct(&mut dec_recall, 0.5),
+        pct(&mut dec_recall, 0.99)
+    );
+    println!(
+        "| report | {} | {} | {rm:.2} |",
+        pct(&mut rep, 0.5),
+        pct(&mut rep, 0.99)
+    );
     println!("{}", lane_line(c));
     drain(c);
 }
@@ -394,15 +481,28 @@ fn lanes(socket: &std::path::Path, c: &mut Client, n: usize, o: &Opts) {
                     }
                     messages.push(json!({"role": "user", "content": text(k + m * 1_000_000, 200)}));
                     let r = c
-                        .call("decorate", json!({"memory": memory, "history": "delta", "ceiling": 4000, "now": now,
-                            "request": {"model": "gpt-4o", "messages": messages}}))
+                        .call(
+                            "decorate",
+                            json!({"memory": memory, "history": "delta", "ceiling": 4000, "now": now,
+                            "request": {"model": "gpt-4o", "messages": messages}}),
+                        )
                         .unwrap();
                     if r["info"]["note_ask"] == true {
-                        let reply = chat_reply("n", note_message(&r["info"], &format!("note{k}")), &r["info"]["request_tokens"]);
-                        c.call("report", json!({"memory": memory, "now": now + 0.5, "response": reply})).unwrap();
+                        let reply = chat_reply(
+                            "n",
+                            note_message(&r["info"], &format!("note{k}")),
+                            &r["info"]["request_tokens"],
+                        );
+                        c.call("report", json!({"memory": memory, "now": now + 0.5, "response": reply}))
+                            .unwrap();
                     }
-                    let reply = chat_reply("c", json!({"role": "assistant", "content": text(k + 1 + m * 1_000_000, 200)}), &r["info"]["request_tokens"]);
-                    c.call("report", json!({"memory": memory, "now": now + 1.0, "response": reply})).unwrap();
+                    let reply = chat_reply(
+                        "c",
+                        json!({"role": "assistant", "content": text(k + 1 + m * 1_000_000, 200)}),
+                        &r["info"]["request_tokens"],
+                    );
+                    c.call("report", json!({"memory": memory, "now": now + 1.0, "response": reply}))
+                        .unwrap();
                     turns.fetch_add(1, Ordering::Relaxed);
                     k += 2;
                     next += interval;
@@ -413,11 +513,18 @@ fn lanes(socket: &std::path::Path, c: &mut Client, n: usize, o: &Opts) {
             })
         })
         .collect();
-    println!("{n} memories, a turn each every {} ms, for {} s; lane depth each second:", o.interval_ms, o.seconds);
+    println!(
+        "{n} memories, a turn each every {} ms, for {} s; lane depth each second:",
+        o.interval_ms, o.seconds
+    );
     let mut depths = Vec::new();
     for _ in 0..o.seconds {
         std::thread::sleep(Duration::from_secs(1));
-        depths.push(c.call("stats", json!({})).unwrap()["lanes"]["depth"].as_u64().unwrap_or(0));
+        depths.push(
+            c.call("stats", json!({})).unwrap()["lanes"]["depth"]
+                .as_u64()
+                .unwrap_or(0),
+        );
     }
     stop.store(true, Ordering::SeqCst);
     for d in drivers {

@@ -15,8 +15,7 @@ use util::Daemon;
 const CEILING: u64 = 3_000;
 const TURNS: usize = 36;
 const NAMES: [&str; 12] = [
-    "aurora", "borealis", "cygnus", "draco", "eridanus", "fornax", "gemini", "hydra", "indus", "lyra", "musca",
-    "norma",
+    "aurora", "borealis", "cygnus", "draco", "eridanus", "fornax", "gemini", "hydra", "indus", "lyra", "musca", "norma",
 ];
 const PEOPLE: [&str; 6] = ["Priya", "Tomas", "Aiko", "Bruno", "Chidi", "Ines"];
 
@@ -41,7 +40,12 @@ fn user_text(i: usize) -> String {
 }
 
 fn fact_text(i: usize) -> String {
-    format!("Service {} listens on port {} and is owned by {}.", name(i), port(i), PEOPLE[i % PEOPLE.len()])
+    format!(
+        "Service {} listens on port {} and is owned by {}.",
+        name(i),
+        port(i),
+        PEOPLE[i % PEOPLE.len()]
+    )
 }
 
 fn completion(message: Value) -> Value {
@@ -88,7 +92,11 @@ impl Convo {
     }
 
     fn quiet(&mut self) {
-        assert_eq!(self.client.quiet(&self.memory, 120_000).unwrap(), 0, "the lane did not finish");
+        assert_eq!(
+            self.client.quiet(&self.memory, 120_000).unwrap(),
+            0,
+            "the lane did not finish"
+        );
     }
 
     /// One user turn and the model's reply, answering note asks with one fact per leaving turn.
@@ -160,7 +168,10 @@ const QUESTION_TURN: usize = 2;
 const DEADLINE: &str = "[engine]\nrecall_deadline_ms = 60000\n";
 
 fn question() -> String {
-    format!("Which port does service {} listen on, and who owns it?", name(QUESTION_TURN))
+    format!(
+        "Which port does service {} listen on, and who owns it?",
+        name(QUESTION_TURN)
+    )
 }
 
 #[test]
@@ -179,34 +190,74 @@ fn a_forgotten_turn_comes_back_grouped_dated_distilled_and_survives_an_index_reb
         let (a, b) = (e["turns"][0].as_u64().unwrap(), e["turns"][1].as_u64().unwrap());
         (a..=b).contains(&(QUESTION_TURN as u64 + 1)) && (e["state"] == "sealed" || e["state"] == "forgotten")
     });
-    assert!(out_of_view, "turn {} should have left the view: {}", QUESTION_TURN + 1, info["episodes"]);
+    assert!(
+        out_of_view,
+        "turn {} should have left the view: {}",
+        QUESTION_TURN + 1,
+        info["episodes"]
+    );
 
     // A recall block just before the question, within the request's ceiling.
-    let (at, block) = recall_block(request).unwrap_or_else(|| panic!("no recall block; recall info: {}", info["recall"]));
+    let (at, block) =
+        recall_block(request).unwrap_or_else(|| panic!("no recall block; recall info: {}", info["recall"]));
     let messages = request["messages"].as_array().unwrap();
-    assert_eq!(messages[at + 1]["content"], json!(q), "the block sits just before the question");
-    assert!(info["request_tokens"].as_u64().unwrap() <= CEILING, "{}", info["request_tokens"]);
+    assert_eq!(
+        messages[at + 1]["content"],
+        json!(q),
+        "the block sits just before the question"
+    );
+    assert!(
+        info["request_tokens"].as_u64().unwrap() <= CEILING,
+        "{}",
+        info["request_tokens"]
+    );
 
     // Its fact is in the facts block or in the recall block, never both, and the turn's own
     // words come back as an excerpt, dated.
     let (facts, fact) = (facts_block(request), fact_text(QUESTION_TURN));
-    assert!(facts.contains(&fact) != block.contains(&fact), "fact once:\n{facts}\n---\n{block}");
-    assert!(block.contains(&user_text(QUESTION_TURN)), "excerpt of the turn:\n{block}");
+    assert!(
+        facts.contains(&fact) != block.contains(&fact),
+        "fact once:\n{facts}\n---\n{block}"
+    );
+    assert!(
+        block.contains(&user_text(QUESTION_TURN)),
+        "excerpt of the turn:\n{block}"
+    );
     let dated = format!("[turn {}, 2023-11-14]", QUESTION_TURN + 1);
     assert!(block.contains(&dated), "excerpt dated {dated}:\n{block}");
     let items = info["recall"]["items"].as_array().unwrap();
     assert!(
-        items.iter().any(|i| i["kind"] == "passage" && i["turns"][0] == QUESTION_TURN as u64 + 1),
+        items
+            .iter()
+            .any(|i| i["kind"] == "passage" && i["turns"][0] == QUESTION_TURN as u64 + 1),
         "{items:?}"
     );
     for i in items {
-        assert!(!i["searches"].as_array().unwrap().is_empty(), "every item says which search found it");
+        assert!(
+            !i["searches"].as_array().unwrap().is_empty(),
+            "every item says which search found it"
+        );
     }
     // Facts recalled are grouped under an entity and dated with their turns.
     if block.contains("- Service ") {
         assert!(block.contains("\nAbout "), "{block}");
         assert!(block.contains(", 2023-11-14)"), "{block}");
     }
+
+    // The question found something relevant by meaning, so its block could hold back live
+    // history; small talk finds nothing relevant and takes only the room the view leaves.
+    assert_eq!(info["recall"]["relevant"], true, "{}", info["recall"]);
+    let small_talk = c.decorate(Some("Thanks, that is all for today. Have a nice evening!"), true);
+    let r = &small_talk["info"]["recall"];
+    assert_eq!(r["relevant"], false, "{r}");
+    assert_eq!(r["budget"], r["room"]["free"], "{r}");
+    assert!(
+        small_talk["info"]["hidden_for_recall"]
+            .as_array()
+            .is_none_or(|h| h.is_empty()),
+        "{}",
+        small_talk["info"]
+    );
 
     // Indexes deleted while stopped are rebuilt at start and give the same recall.
     assert_eq!(d.stop(), Some(0));
@@ -222,14 +273,26 @@ fn a_forgotten_turn_comes_back_grouped_dated_distilled_and_survives_an_index_reb
     };
     c2.quiet();
     let again = c2.decorate(Some(&q), true);
-    // The same documents come back (ranks may move a little: the vector index is approximate
-    // and its graph depends on the order vectors were added in).
-    let docs = |v: &Value| -> std::collections::BTreeSet<String> {
-        v.as_array().unwrap().iter().map(|i| format!("{} {}", i["kind"], i["n"])).collect()
+    // The same best documents come back (ranks at the block's margin may move: the vector
+    // index is approximate and its graph depends on the order vectors were added in).
+    let best = |v: &Value| -> std::collections::BTreeSet<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .take(8)
+            .map(|i| format!("{} {}", i["kind"], i["n"]))
+            .collect()
     };
-    assert_eq!(docs(&again["info"]["recall"]["items"]), docs(&info["recall"]["items"]), "same recall after the rebuild");
-    let lines = |t: &str| -> std::collections::BTreeSet<String> { t.lines().map(str::to_owned).collect() };
-    assert_eq!(recall_block(&again["request"]).map(|b| lines(&b.1)), Some(lines(&block)));
+    let (before, after) = (best(&info["recall"]["items"]), best(&again["info"]["recall"]["items"]));
+    assert!(
+        before.intersection(&after).count() >= 7,
+        "same best recall after the rebuild: {before:?} vs {after:?}"
+    );
+    let rebuilt = recall_block(&again["request"]).expect("a block after the rebuild").1;
+    assert!(
+        rebuilt.contains(&user_text(QUESTION_TURN)) && rebuilt.contains(&dated),
+        "{rebuilt}"
+    );
 
     // Asked for real: the block is stored with the question and stays in the turn's requests;
     // the turn's reply has the lane distill it (shrunk or removed, then never changed).
@@ -237,7 +300,8 @@ fn a_forgotten_turn_comes_back_grouped_dated_distilled_and_survives_an_index_reb
     let stored = c2.decorate(None, false);
     assert!(recall_block(&stored["request"]).is_some());
     c2.report(json!({"role": "assistant", "content": "It is on the port you set up."}));
-    c2.history.push(json!({"role": "assistant", "content": "It is on the port you set up."}));
+    c2.history
+        .push(json!({"role": "assistant", "content": "It is on the port you set up."}));
     c2.now += 60.0;
     c2.quiet();
     c2.turn("Thanks. Let's move on to lunch plans.".into(), "Sure.".into());
@@ -245,10 +309,16 @@ fn a_forgotten_turn_comes_back_grouped_dated_distilled_and_survives_an_index_reb
     let recalls = export["recalls"].as_array().unwrap();
     // The question's block, distilled once its turn's reply was reported.
     let turn = &stored["info"]["turn"];
-    let r = recalls.iter().find(|b| &b["turn"] == turn).unwrap_or_else(|| panic!("no block of turn {turn}"));
+    let r = recalls
+        .iter()
+        .find(|b| &b["turn"] == turn)
+        .unwrap_or_else(|| panic!("no block of turn {turn}"));
     assert_eq!(r["distilled"], true, "{r}");
     let before = stored["info"]["recall"]["tokens"].as_u64().unwrap();
-    assert!(r["tokens"].as_u64().unwrap() < before, "the distilled block is smaller than {before}: {r}");
+    assert!(
+        r["tokens"].as_u64().unwrap() < before,
+        "the distilled block is smaller than {before}: {r}"
+    );
 }
 
 #[test]

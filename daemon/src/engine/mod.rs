@@ -73,6 +73,12 @@ pub struct EngineConfig {
     /// How long decorate waits for the embedder to embed a new user message for recall; past
     /// it, recall searches by words only.
     pub recall_deadline_ms: u64,
+    /// The cosine with the message at which something found is relevant enough for its block
+    /// to hold back live history (the reserved share of the budget). Below it the block only
+    /// takes the room the view leaves. Default: the built-in judge's `walk_related` level,
+    /// calibrated on LoCoMo dev to keep 90% of the facts that answer a question
+    /// (docs/models.md), with the same embedder.
+    pub recall_relevant_cosine: f32,
 }
 
 impl Default for EngineConfig {
@@ -88,6 +94,7 @@ impl Default for EngineConfig {
             recall: true,
             recall_tokens: 4_000,
             recall_deadline_ms: 300,
+            recall_relevant_cosine: 0.56,
         }
     }
 }
@@ -152,8 +159,8 @@ struct StateCache {
     order: std::collections::VecDeque<String>,
 }
 
-/// A new user message's recall block may take at least 1/RECALL_SHARE of the history budget.
-const RECALL_SHARE: u64 = 3;
+/// A new user message's recall block may take at least this share of the history budget.
+const RECALL_SHARE: (u64, u64) = (1, 2);
 
 /// Unix seconds now, or the caller's injected time.
 fn now_or(now: Option<f64>) -> Result<f64, EngineError> {
@@ -359,18 +366,22 @@ impl Engine {
             .last()
             .filter(|m| new_user && m.message.role == Role::User)
             .map(|m| m.seq);
-        // The block gets at least a share of the budget: when the view leaves less (episodes
-        // are leaving and cannot fade yet), the least active live episodes are held back from
-        // this request to make room (`hidden_for_recall`); the next fade settles it.
+        // The block gets at least a share of the budget when what it found is relevant: when
+        // the view leaves less (episodes are leaving and cannot fade yet), the least active live
+        // episodes are held back from this request to make room (`hidden_for_recall`); the next
+        // fade settles it. A message nothing relevant answers ("thanks!") gets only what is free.
         let mut recall_limit = None;
         if let (Some(q), Some(seq)) = (&query, new_user_seq) {
-            let reserve = (measure.budget.history / RECALL_SHARE).min(self.config.recall_tokens);
-            let room = measure
+            let reserve = (measure.budget.history * RECALL_SHARE.0 / RECALL_SHARE.1).min(self.config.recall_tokens);
+            let free = measure
                 .budget
                 .history
                 .saturating_sub(measure.view)
-                .max(reserve)
                 .min(self.config.recall_tokens);
+            let room = recall::Room {
+                free,
+                reserved: free.max(reserve),
+            };
             let recalled = self.recall(&st, q, seq, room, now);
             recall_info = recalled.info;
             if let Some(block) = recalled.block {
@@ -386,7 +397,12 @@ impl Engine {
         // The previous message's block is distilled now that the conversation moved on (if its
         // turn's last reply has not had it distilled already).
         if let Some(seq) = new_user_seq {
-            let previous = st.recalls.range(..seq).next_back().filter(|(_, b)| !b.distilled).map(|(s, _)| *s);
+            let previous = st
+                .recalls
+                .range(..seq)
+                .next_back()
+                .filter(|(_, b)| !b.distilled)
+                .map(|(s, _)| *s);
             if let Some(p) = previous {
                 st.push_job(JobKind::Distill { seq: p }, now);
             }
@@ -465,7 +481,11 @@ impl Engine {
         let mut st = self.take_state(&args.memory, now)?;
         let tool = self.config.note_tool.clone();
         let (response, removed) = formats::remove_tool_calls(&args.response, &tool);
-        let kept: Vec<_> = parsed.messages.iter().filter_map(|m| m.without_tool_calls(&tool)).collect();
+        let kept: Vec<_> = parsed
+            .messages
+            .iter()
+            .filter_map(|m| m.without_tool_calls(&tool))
+            .collect();
         if retry::already_reported(&st.messages, &kept) {
             tracing::debug!(memory = %args.memory, "report retried; already stored");
             let again = retry::again(&response, &removed)?;
@@ -516,7 +536,12 @@ impl Engine {
             .is_some_and(|m| m.role == Role::Assistant && m.tool_calls.is_empty() && !m.text.trim().is_empty());
         if ends_turn {
             let turn = st.memory.turn;
-            let open = st.recalls.values().rev().find(|b| b.turn == turn && !b.distilled).map(|b| b.seq);
+            let open = st
+                .recalls
+                .values()
+                .rev()
+                .find(|b| b.turn == turn && !b.distilled)
+                .map(|b| b.seq);
             if let Some(seq) = open {
                 st.push_job(JobKind::Distill { seq }, now);
             }

@@ -39,6 +39,14 @@ const RECENT_MESSAGES: usize = 4;
 /// are windowed at this many.
 const PART_MIN_WORDS: usize = 6;
 const PART_MAX_WORDS: usize = 60;
+/// Words embedded for one message at most (the message, then its parts in order; later parts
+/// are searched by words only). Embedding is the one model pass on the request path and costs
+/// about a millisecond per token on two cores: a pasted log must not cost seconds.
+const EMBED_MAX_WORDS: usize = 400;
+/// Parts searched by words at most (a search is about a millisecond).
+const WORD_SEARCH_PARTS: usize = 16;
+/// The model reads a message's first 256 tokens; about this many words.
+const MODEL_WINDOW_WORDS: usize = 190;
 
 /// How much a search's ranks count in the fusion. Meaning counts most; words help with names
 /// and numbers; the recent conversation only steers a follow-up ("and the other one?"), since
@@ -150,6 +158,16 @@ struct Candidate<'a> {
     found: Found<'a>,
     score: f64,
     searches: Vec<String>,
+    /// Its best cosine with the message or a part (None when no meaning search found it).
+    cosine: Option<f32>,
+}
+
+/// The tokens a recall block may take: what the view leaves free, and what it may take by
+/// holding back live history when what it found is relevant.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Room {
+    pub free: u64,
+    pub reserved: u64,
 }
 
 /// What one decorate recalled, and the account of it for `info`.
@@ -162,8 +180,11 @@ pub(super) struct Recalled {
 /// sealed): recall leaves those out.
 pub(super) fn in_facts_block(st: &State, f: &Fact) -> bool {
     f.is_active()
-        && f.all_episodes()
-            .any(|e| st.episodes.get(e as usize).is_some_and(|e| e.state == EpisodeState::Sealed))
+        && f.all_episodes().any(|e| {
+            st.episodes
+                .get(e as usize)
+                .is_some_and(|e| e.state == EpisodeState::Sealed)
+        })
 }
 
 impl Engine {
@@ -176,8 +197,10 @@ impl Engine {
         if text.is_empty() || blocks::is_our_block(text) {
             return None;
         }
-        let record: Option<super::records::MemoryRecord> =
-            self.store.read(|r| r.get(Table::Memories, &keys::memory(memory))).ok()?;
+        let record: Option<super::records::MemoryRecord> = self
+            .store
+            .read(|r| r.get(Table::Memories, &keys::memory(memory)))
+            .ok()?;
         let record = record?;
         if record.next_fact == 0 && record.next_passage == 0 {
             return None;
@@ -193,14 +216,24 @@ impl Engine {
         let vector_index = self.indexes.as_ref().and_then(|i| i.vectors.as_ref());
         if let (Some(queue), Some(_)) = (&self.query_embedder, vector_index) {
             let mut texts: Vec<String> = vec![text.to_owned()];
-            texts.extend(parts.iter().cloned());
+            let mut words = text.split_whitespace().count().min(MODEL_WINDOW_WORDS);
+            for p in &parts {
+                words += p.split_whitespace().count();
+                if words > EMBED_MAX_WORDS {
+                    break;
+                }
+                texts.push(p.clone());
+            }
             let want = texts.len();
             // The embedder may be a remote endpoint or busy: wait at most the recall deadline,
             // then search by words only.
             let wait = std::time::Duration::from_millis(self.config.recall_deadline_ms);
             match queue.embed(memory, texts, wait) {
                 Ok(v) if v.len() == want => vectors = v,
-                Ok(_) => tracing::warn!(memory, "embedder gave the wrong number of vectors; recall by words only"),
+                Ok(_) => tracing::warn!(
+                    memory,
+                    "embedder gave the wrong number of vectors; recall by words only"
+                ),
                 Err(e) => tracing::warn!(memory, error = %e, "cannot embed the message in time; recall by words only"),
             }
         }
@@ -214,11 +247,14 @@ impl Engine {
 
     /// Searches, fuses, walks and fills a block of at most `budget` tokens for the user
     /// message `seq`. Reads the indexes and the store; changes nothing.
-    pub(super) fn recall(&self, st: &State, q: &Query, seq: u64, budget: u64, now: f64) -> Recalled {
+    pub(super) fn recall(&self, st: &State, q: &Query, seq: u64, room: Room, now: f64) -> Recalled {
         let started = Instant::now();
         let memory = st.memory.id.as_str();
         let Some(ix) = &self.indexes else {
-            return Recalled { block: None, info: Value::Null };
+            return Recalled {
+                block: None,
+                info: Value::Null,
+            };
         };
         // 1. Searches. Words: the message, each part, the recent conversation ending with it.
         let mut lists: Vec<(String, Vec<u64>)> = Vec::new();
@@ -233,7 +269,7 @@ impl Engine {
             .collect();
         let recent = recent.join("\n");
         let mut word_queries: Vec<(String, &str)> = vec![("words:message".into(), q.text.as_str())];
-        for (i, p) in q.parts.iter().enumerate() {
+        for (i, p) in q.parts.iter().enumerate().take(WORD_SEARCH_PARTS) {
             word_queries.push((format!("words:part {}", i + 1), p.as_str()));
         }
         if recent != q.text {
@@ -247,11 +283,22 @@ impl Engine {
             }
         }
         // Meaning: the message and each part.
+        let mut cosines: HashMap<u64, f32> = HashMap::new();
         if let Some(vix) = &ix.vectors {
             for (i, v) in q.vectors.iter().enumerate() {
-                let name = if i == 0 { "meaning:message".to_owned() } else { format!("meaning:part {i}") };
+                let name = if i == 0 {
+                    "meaning:message".to_owned()
+                } else {
+                    format!("meaning:part {i}")
+                };
                 match vix.search(memory, v, HITS) {
-                    Ok(hits) => lists.push((name, hits.into_iter().map(|(k, _)| k).collect())),
+                    Ok(hits) => {
+                        for &(k, cos) in &hits {
+                            let best = cosines.entry(k).or_insert(cos);
+                            *best = best.max(cos);
+                        }
+                        lists.push((name, hits.into_iter().map(|(k, _)| k).collect()))
+                    }
                     Err(e) => errors.push(e.to_string()),
                 }
             }
@@ -275,12 +322,22 @@ impl Engine {
                     Some(f) if f.is_active() && !f.note.is_empty() && !in_facts_block(st, f) => Found::Fact(f),
                     _ => continue,
                 },
-                Doc::Passage(n) => match self.store.read(|r| r.get::<Passage>(Table::Passages, &keys::seq(memory, n))) {
+                Doc::Passage(n) => match self
+                    .store
+                    .read(|r| r.get::<Passage>(Table::Passages, &keys::seq(memory, n)))
+                {
                     Ok(Some(p)) if !passage_in_view(st, &p) => Found::Passage(p),
                     _ => continue,
                 },
             };
-            candidates.push(Candidate { doc, found, score, searches });
+            let cosine = cosines.get(&key).copied();
+            candidates.push(Candidate {
+                doc,
+                found,
+                score,
+                searches,
+                cosine,
+            });
         }
         candidates.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.doc.cmp(&b.doc)));
 
@@ -289,19 +346,45 @@ impl Engine {
         let walked = self.walk(st, q, &mut candidates);
         let walk_ms = walk_started.elapsed().as_secs_f64() * 1e3;
 
-        // 4. Fill the budget, best first; a block that renders over it drops its last items.
+        // 4. The budget: the reserved room when something found is relevant by meaning (or
+        // when the message could not be embedded, so relevance is unknown), else what is free.
+        let best_cosine = candidates
+            .iter()
+            .filter_map(|c| c.cosine)
+            .fold(None, |m: Option<f32>, c| Some(m.map_or(c, |m| m.max(c))));
+        let relevant = q.vectors.is_empty() || best_cosine.is_some_and(|c| c >= self.config.recall_relevant_cosine);
+        let budget = if relevant { room.reserved } else { room.free };
+
+        // 5. Fill the budget, best first; a block that renders over it drops its last items. A
+        // fact whose turns an excerpt in the block shows word for word is left out (it would
+        // say again, in fewer words, what the excerpt says), and its room goes to the next.
         let header = tokens::text_tokens(blocks::RECALL_HEADER) as u64 + 12;
+        let cost = |c: &Candidate| match &c.found {
+            Found::Fact(f) => tokens::text_tokens(&f.note) as u64 + 12,
+            Found::Passage(p) => tokens::text_tokens(&p.text) as u64 + 12,
+        };
         let mut chosen: Vec<&Candidate> = Vec::new();
         let mut used = header;
         for c in &candidates {
-            let cost = match &c.found {
-                Found::Fact(f) => tokens::text_tokens(&f.note) as u64 + 12,
-                Found::Passage(p) => tokens::text_tokens(&p.text) as u64 + 12,
-            };
-            if used + cost <= budget {
-                used += cost;
-                chosen.push(c);
+            if let Found::Fact(f) = &c.found {
+                if chosen.iter().any(|p| shows_turns_of(p, f)) {
+                    continue;
+                }
             }
+            if used + cost(c) > budget {
+                continue;
+            }
+            if matches!(c.found, Found::Passage(_)) {
+                chosen.retain(|g| match &g.found {
+                    Found::Fact(f) if shows_turns_of(c, f) => {
+                        used -= cost(g);
+                        false
+                    }
+                    _ => true,
+                });
+            }
+            used += cost(c);
+            chosen.push(c);
         }
         let mut block = None;
         while !chosen.is_empty() {
@@ -323,6 +406,9 @@ impl Engine {
         }
         let info = json!({
             "budget": budget,
+            "room": {"free": room.free, "reserved": room.reserved},
+            "best_cosine": best_cosine,
+            "relevant": relevant,
             "tokens": block.as_ref().map_or(0, |b| b.tokens),
             "candidates": candidates.len(),
             "walked": walked,
@@ -352,7 +438,7 @@ impl Engine {
             })
             .take(WALK_FROM)
             .collect();
-        let mut added: HashMap<u64, (f64, u64)> = HashMap::new();
+        let mut added: HashMap<u64, (f64, u64, Option<f32>)> = HashMap::new();
         for (source, score) in sources {
             let Some(f) = st.fact(source) else { continue };
             for e in entities(f) {
@@ -371,24 +457,24 @@ impl Engine {
                     let cos = q
                         .vectors
                         .first()
-                        .and_then(|v| self.fact_vector(memory, g.n).map(|w| cosine(v, &w)))
-                        .unwrap_or(0.5);
-                    let s = score * WALK_DECAY * f64::from(cos.max(0.0));
-                    let e = added.entry(g.n).or_insert((0.0, source));
+                        .and_then(|v| self.fact_vector(memory, g.n).map(|w| cosine(v, &w)));
+                    let s = score * WALK_DECAY * f64::from(cos.unwrap_or(0.5).max(0.0));
+                    let e = added.entry(g.n).or_insert((0.0, source, cos));
                     if s > e.0 {
-                        *e = (s, source);
+                        *e = (s, source, cos);
                     }
                 }
             }
         }
         let n = added.len();
-        for (g, (score, source)) in added {
+        for (g, (score, source, cosine)) in added {
             if let Some(f) = st.fact(g) {
                 candidates.push(Candidate {
                     doc: Doc::Fact(g),
                     found: Found::Fact(f),
                     score,
                     searches: vec![format!("walk from fact {source}")],
+                    cosine,
                 });
             }
         }
@@ -405,6 +491,14 @@ impl Engine {
     }
 }
 
+/// Whether `c` is an excerpt holding every turn fact `f` was written from.
+fn shows_turns_of(c: &Candidate, f: &Fact) -> bool {
+    match &c.found {
+        Found::Passage(p) => p.first_turn <= f.first_turn && f.last_turn <= p.last_turn,
+        Found::Fact(_) => false,
+    }
+}
+
 /// A passage is in view while its episode is (it only exists once the episode sealed, but a
 /// restored or imported memory may differ).
 fn passage_in_view(st: &State, p: &Passage) -> bool {
@@ -414,7 +508,12 @@ fn passage_in_view(st: &State, p: &Passage) -> bool {
 }
 
 /// The facts on entity `e`'s edges, newest first; None when it has more than `hub` (a hub).
-fn edge_facts(r: &crate::store::Reader<'_>, memory: &str, e: u64, hub: usize) -> Result<Option<Vec<u64>>, crate::store::StoreError> {
+fn edge_facts(
+    r: &crate::store::Reader<'_>,
+    memory: &str,
+    e: u64,
+    hub: usize,
+) -> Result<Option<Vec<u64>>, crate::store::StoreError> {
     let mut facts = Vec::new();
     r.visit_rev(Table::Edges, &keys::seq2_prefix(memory, e), |k, _other: u64| {
         facts.push(u64::from_be_bytes(k[k.len() - 8..].try_into().expect("8-byte suffix")));
@@ -445,6 +544,7 @@ fn item(c: &Candidate) -> RecallItem {
         n,
         score: c.score,
         searches: c.searches.clone(),
+        cosine: c.cosine,
         turns,
         seqs,
     }
@@ -496,7 +596,12 @@ pub(super) fn render_parts(st: &State, facts: &[&Fact], passages: &[&Passage]) -
             .map_or("Other facts".to_owned(), |e| format!("About {}", e.name));
         out.push_str(&format!("\n{name}:"));
         for f in group {
-            out.push_str(&format!("\n- {} ({}, {})", f.note, turns(f.first_turn, f.last_turn), date(f.at)));
+            out.push_str(&format!(
+                "\n- {} ({}, {})",
+                f.note,
+                turns(f.first_turn, f.last_turn),
+                date(f.at)
+            ));
         }
     }
     if !passages.is_empty() {
@@ -504,7 +609,12 @@ pub(super) fn render_parts(st: &State, facts: &[&Fact], passages: &[&Passage]) -
         ps.sort_by_key(|p| p.first_seq);
         out.push_str("\nExcerpts of the conversation:");
         for p in ps {
-            out.push_str(&format!("\n[{}, {}]\n{}", turns(p.first_turn, p.last_turn), date(p.at), p.text));
+            out.push_str(&format!(
+                "\n[{}, {}]\n{}",
+                turns(p.first_turn, p.last_turn),
+                date(p.at),
+                p.text
+            ));
         }
     }
     out
@@ -528,7 +638,10 @@ mod tests {
                     and the staging database needs the same order too.\nBy the way, what port did we pick for the cache?";
         let parts = split_parts(text);
         assert!(parts.len() >= 2, "{parts:?}");
-        assert_eq!(parts.last().unwrap(), "By the way, what port did we pick for the cache?");
+        assert_eq!(
+            parts.last().unwrap(),
+            "By the way, what port did we pick for the cache?"
+        );
     }
 
     #[test]

@@ -414,6 +414,9 @@ pub struct RecallItem {
     pub score: f64,
     /// The searches that found it ("words:message", "meaning:part 2", "walk", ...).
     pub searches: Vec<String>,
+    /// Its best cosine with the message or a part, when a meaning search or the walk scored it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cosine: Option<f32>,
     pub turns: [u64; 2],
     pub seqs: [u64; 2],
 }
