@@ -44,7 +44,7 @@ use assemble::NoteCosts;
 use fade::{fade, seal_acknowledged};
 use ingest::remember_instructions;
 use notes::NoteCall;
-use records::{JobKind, Source, StoredMessage};
+use records::{EpisodeState, JobKind, Source, StoredMessage};
 use state::State;
 
 /// Engine settings (`[engine]` in the config file).
@@ -378,9 +378,21 @@ impl Engine {
                 .history
                 .saturating_sub(measure.view)
                 .min(self.config.recall_tokens);
+            // Holding back frees at most what live and leaving episodes hold in view: the rest
+            // (the turn in progress, history not cut into episodes yet) stays, and the block
+            // must fit beside it.
+            let holdable: u64 = st
+                .episodes
+                .iter()
+                .filter(|e| matches!(e.state, EpisodeState::Live | EpisodeState::Leaving))
+                .flat_map(|e| st.messages_in(e.first_seq, e.last_seq))
+                .filter(|m| fade::in_view(&st, m))
+                .map(|m| tokens::corrected(m.tokens as u64, ratio))
+                .sum();
+            let unholdable = measure.view.saturating_sub(holdable);
             let room = recall::Room {
                 free,
-                reserved: free.max(reserve),
+                reserved: free.max(reserve).min(measure.budget.history.saturating_sub(unholdable)),
             };
             let recalled = self.recall(&st, q, seq, room, now);
             recall_info = recalled.info;
