@@ -148,6 +148,7 @@ fn baselines_get_recallds_token_count_and_are_scored_alike() {
         question: 0,
         request,
         tokens,
+        recall: Value::Null,
     }];
     let mut table = Table::default();
     let details = evaluate(&c, &r, &asked, 200_000, &mut table);
