@@ -5,6 +5,9 @@
 //!     cargo run --release -p recalld --example engine_bench -- --traces --ceiling 4000
 //!     cargo run --release -p recalld --example engine_bench -- --lanes 10 --interval-ms 100 --seconds 60
 //!
+//! `--engine 'key = value'` (repeatable) adds `[engine]` settings, e.g. `--engine 'recall = false'`.
+//! `--no-drain` skips waiting for the lane at the end (latency runs repeated for medians).
+//!
 //! `--lanes N` is the lanes under load: N memories each get a turn (user message, note when
 //! asked, reply) every `--interval-ms` for `--seconds`, at a 4,000-token ceiling so episodes cut,
 //! leave, seal and notes write facts all the time; the lane depth is sampled every second.
@@ -83,6 +86,8 @@ struct Opts {
     lanes: Option<usize>,
     interval_ms: u64,
     seconds: u64,
+    /// Extra `[engine]` settings (`--engine 'recall = false'`).
+    engine: Vec<String>,
 }
 
 fn main() {
@@ -94,6 +99,7 @@ fn main() {
         lanes: None,
         interval_ms: 100,
         seconds: 60,
+        engine: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -104,6 +110,8 @@ fn main() {
             "--lanes" => o.lanes = Some(args.next().and_then(|v| v.parse().ok()).expect("--lanes N")),
             "--interval-ms" => o.interval_ms = args.next().and_then(|v| v.parse().ok()).expect("--interval-ms N"),
             "--seconds" => o.seconds = args.next().and_then(|v| v.parse().ok()).expect("--seconds N"),
+            "--no-drain" => {}
+            "--engine" => o.engine.push(args.next().expect("--engine 'key = value'")),
             "--sizes" => {
                 o.sizes = args
                     .next()
@@ -116,12 +124,15 @@ fn main() {
         }
     }
     // Only the worst case needs episodes that never fit (so nothing is ever cut).
-    let config = if o.ceiling.is_none() && o.lanes.is_none() {
-        "[engine]\nmax_episode_tokens = 1000000000\n"
-    } else {
-        ""
-    };
-    let daemon = Daemon::start(config);
+    let mut config = String::from("[engine]\n");
+    if o.ceiling.is_none() && o.lanes.is_none() {
+        config.push_str("max_episode_tokens = 1000000000\n");
+    }
+    for line in &o.engine {
+        config.push_str(line);
+        config.push('\n');
+    }
+    let daemon = Daemon::start(&config);
     let mut c = Client::connect(&daemon.socket).unwrap();
     if let Some(n) = o.lanes {
         return lanes(&daemon.socket, &mut c, n, &o);
@@ -234,6 +245,9 @@ fn lane_line(c: &mut Client) -> String {
 
 /// Waits for the lane to drain; prints jobs and judged units per second while it did.
 fn drain(c: &mut Client) {
+    if std::env::args().any(|a| a == "--no-drain") {
+        return;
+    }
     let before = c.call("stats", json!({})).unwrap();
     let pending = before["jobs_pending"].as_u64().unwrap_or(0);
     let t = Instant::now();

@@ -126,6 +126,8 @@ fn engine_with(dir: &std::path::Path, judge: Arc<TestJudge>) -> Arc<Engine> {
         embedder: Arc::new(WordsEmbedder),
         judge,
         usage: Arc::new(Usage::default()),
+        request_embedder: Arc::new(WordsEmbedder),
+        priority: Arc::default(),
     };
     let config = EngineConfig {
         max_episode_tokens: 64,

@@ -196,7 +196,10 @@ impl Engine {
             }
         };
         let query_embedder = match (&models, &indexes) {
-            (Some(m), Some(_)) => Some(crate::models::queue::QueryEmbedder::new(m.embedder.clone())),
+            (Some(m), Some(_)) => Some(crate::models::queue::QueryEmbedder::new(
+                m.request_embedder.clone(),
+                m.priority.clone(),
+            )),
             _ => None,
         };
         Engine {

@@ -174,9 +174,14 @@ pub trait Judge: Send + Sync {
 /// The loaded models and their usage counters.
 #[derive(Clone)]
 pub struct Models {
+    /// For background work: each call first lets a waiting request-path embedding go.
     pub embedder: Arc<dyn Embedder>,
     pub judge: Arc<dyn Judge>,
     pub usage: Arc<Usage>,
+    /// The same model for the request path (recall's query), which never waits, and what the
+    /// background calls yield to while it runs.
+    pub request_embedder: Arc<dyn Embedder>,
+    pub priority: Arc<queue::Priority>,
 }
 
 /// The default directory of the built-in model: `$RECALLD_MODEL_DIR` if set, else
@@ -194,13 +199,15 @@ impl Models {
     /// model files name the command that fetches them; an unset API key env var is named.
     pub fn load(cfg: &ModelsConfig, data_dir: &Path) -> Result<Models, ModelError> {
         let usage = Arc::new(Usage::default());
-        let embedder: Arc<dyn Embedder> = match cfg.embedder.provider {
+        let request_embedder: Arc<dyn Embedder> = match cfg.embedder.provider {
             Provider::Builtin => {
                 let dir = cfg.embedder.path.clone().unwrap_or_else(|| default_model_dir(data_dir));
                 Arc::new(MiniLm::load(&dir, cfg.embedder.batch_size, usage.clone())?)
             }
             Provider::Openai => Arc::new(OpenAiEmbedder::new(&cfg.embedder, usage.clone())?),
         };
+        let priority = Arc::new(queue::Priority::default());
+        let embedder: Arc<dyn Embedder> = Arc::new(queue::Yielding::new(request_embedder.clone(), priority.clone()));
         let judge: Arc<dyn Judge> = match cfg.judge.provider {
             Provider::Builtin => Arc::new(RulesJudge::new(
                 embedder.clone(),
@@ -209,7 +216,13 @@ impl Models {
             )),
             Provider::Openai => Arc::new(OpenAiJudge::new(&cfg.judge, usage.clone())?),
         };
-        Ok(Models { embedder, judge, usage })
+        Ok(Models {
+            embedder,
+            judge,
+            usage,
+            request_embedder,
+            priority,
+        })
     }
 
     /// Usage so far: `{"embedder": {...}, "judge": "...", "total": {...}, "memories": {mem: {...}}}`,

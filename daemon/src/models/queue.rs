@@ -3,12 +3,90 @@
 //! more model passes than one at once beside the lanes; a request whose caller stopped waiting
 //! (its deadline passed while it queued) is dropped unembedded, so a slow model never piles up
 //! work nobody will read. Before this queue, each late request's thread ran on to the end.
+//!
+//! The request path goes first: while a request-path embedding is queued or running, background
+//! model calls (the lanes' embedder, and so the built-in judge) wait before starting, up to
+//! [`MAX_YIELD`] each, so the two cores serve the caller who is waiting ([`Priority`],
+//! [`Yielding`]). Background calls run in batches of a few texts, so the request path waits for
+//! one small batch at most.
 
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{CallCtx, Embedder, ModelError};
+use super::{CallCtx, Embedder, ModelError, ModelId};
+
+/// How long one background model call waits for the request path at most (so a stream of
+/// requests slows the lanes down but never stops them).
+pub const MAX_YIELD: Duration = Duration::from_secs(1);
+
+/// Texts a background call embeds between two chances for the request path to go first.
+const YIELD_BATCH: usize = 4;
+
+/// How many request-path embeddings are queued or running; background calls wait for none.
+#[derive(Default)]
+pub struct Priority {
+    waiting: Mutex<usize>,
+    turn: Condvar,
+}
+
+impl Priority {
+    fn begin(&self) -> PriorityGuard<'_> {
+        *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        PriorityGuard(self)
+    }
+
+    /// Waits (at most [`MAX_YIELD`]) until no request-path embedding is queued or running.
+    pub fn wait_turn(&self) {
+        let until = Instant::now() + MAX_YIELD;
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        while *waiting > 0 {
+            let Some(left) = until.checked_duration_since(Instant::now()) else { return };
+            waiting = self.turn.wait_timeout(waiting, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+}
+
+struct PriorityGuard<'a>(&'a Priority);
+
+impl Drop for PriorityGuard<'_> {
+    fn drop(&mut self) {
+        let mut waiting = self.0.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        *waiting = waiting.saturating_sub(1);
+        if *waiting == 0 {
+            self.0.turn.notify_all();
+        }
+    }
+}
+
+/// An embedder for background work: each call first lets the request path go.
+pub struct Yielding {
+    inner: Arc<dyn Embedder>,
+    priority: Arc<Priority>,
+}
+
+impl Yielding {
+    pub fn new(inner: Arc<dyn Embedder>, priority: Arc<Priority>) -> Yielding {
+        Yielding { inner, priority }
+    }
+}
+
+impl Embedder for Yielding {
+    fn id(&self) -> ModelId {
+        self.inner.id()
+    }
+
+    /// In small batches, yielding before each: a request arriving during a long background
+    /// batch (an episode's passages) waits for one small batch, not the whole of it.
+    fn embed(&self, ctx: &CallCtx, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
+        let mut out = Vec::with_capacity(texts.len());
+        for chunk in texts.chunks(YIELD_BATCH) {
+            self.priority.wait_turn();
+            out.extend(self.inner.embed(ctx, chunk)?);
+        }
+        Ok(out)
+    }
+}
 
 /// Why a queued embedding gave no vectors.
 #[derive(Debug, thiserror::Error)]
@@ -32,11 +110,13 @@ struct Request {
 pub struct QueryEmbedder {
     tx: Mutex<Sender<Request>>,
     dropped: Arc<std::sync::atomic::AtomicU64>,
+    priority: Arc<Priority>,
 }
 
 impl QueryEmbedder {
-    /// Starts the worker; it stops when the queue is dropped.
-    pub fn new(embedder: Arc<dyn Embedder>) -> QueryEmbedder {
+    /// Starts the worker; it stops when the queue is dropped. `embedder` must not yield (it is
+    /// the request path); `priority` is what background calls yield to.
+    pub fn new(embedder: Arc<dyn Embedder>, priority: Arc<Priority>) -> QueryEmbedder {
         let (tx, rx) = mpsc::channel();
         let dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let counter = dropped.clone();
@@ -47,11 +127,14 @@ impl QueryEmbedder {
         QueryEmbedder {
             tx: Mutex::new(tx),
             dropped,
+            priority,
         }
     }
 
     /// Embeds `texts` for `memory`, waiting at most `wait` (queueing included).
     pub fn embed(&self, memory: &str, texts: Vec<String>, wait: Duration) -> Result<Vec<Vec<f32>>, QueueError> {
+        // Background model calls wait while this caller does.
+        let _first = self.priority.begin();
         let (reply, answer) = mpsc::sync_channel(1);
         let request = Request {
             memory: memory.to_owned(),
@@ -93,7 +176,6 @@ fn work(embedder: Arc<dyn Embedder>, rx: Receiver<Request>, dropped: Arc<std::sy
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::models::ModelId;
 
     /// Sleeps `delay` per call and counts calls.
     struct Slow {
@@ -121,7 +203,7 @@ mod tests {
             delay: Duration::from_millis(500),
             calls: Default::default(),
         });
-        let q = Arc::new(QueryEmbedder::new(slow.clone()));
+        let q = Arc::new(QueryEmbedder::new(slow.clone(), Arc::default()));
         assert_eq!(q.embed("m", vec!["a".into(), "b".into()], Duration::from_secs(5)).unwrap().len(), 2);
         // Five callers at once, each waiting 50 ms: the first occupies the worker past every
         // deadline, so the other four are dropped without a model call.
@@ -138,5 +220,31 @@ mod tests {
         q.embed("m", vec!["y".into()], Duration::from_secs(5)).unwrap();
         assert_eq!(slow.calls.load(std::sync::atomic::Ordering::SeqCst), 3, "first, one late, last");
         assert_eq!(q.dropped(), 4);
+    }
+}
+
+#[cfg(test)]
+mod priority_tests {
+    use super::*;
+
+    #[test]
+    fn background_calls_wait_while_the_request_path_embeds() {
+        let priority = Arc::new(Priority::default());
+        let guard = priority.begin();
+        let p = priority.clone();
+        let t = Instant::now();
+        let waiter = std::thread::spawn(move || {
+            p.wait_turn();
+            t.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        drop(guard);
+        let waited = waiter.join().unwrap();
+        assert!(waited >= Duration::from_millis(100), "{waited:?}");
+        assert!(waited < MAX_YIELD, "released when the request path was done: {waited:?}");
+        // With nobody waiting it does not wait at all.
+        let t = Instant::now();
+        priority.wait_turn();
+        assert!(t.elapsed() < Duration::from_millis(50));
     }
 }
