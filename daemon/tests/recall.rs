@@ -334,4 +334,6 @@ fn an_unrelated_memory_recalls_nothing_and_a_fresh_memory_needs_no_embedding() {
     let r = c.decorate(Some("Hello there"), true);
     assert!(r["info"]["recall"].is_null(), "{}", r["info"]["recall"]);
     assert!(recall_block(&r["request"]).is_none());
+    let stats = c.client.call("stats", json!({})).unwrap();
+    assert_eq!(stats["recall_embeddings_dropped"], 0, "nothing was embedded, nothing dropped");
 }

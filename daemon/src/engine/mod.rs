@@ -634,6 +634,8 @@ impl Engine {
             "jobs_pending": self.pending_jobs()?.1,
             "lanes": self.lane_stats(None)?,
             "models": self.models.as_ref().map(Models::stats),
+            // Recall embeddings dropped unembedded because their caller had stopped waiting.
+            "recall_embeddings_dropped": self.query_embedder.as_ref().map(|q| q.dropped()),
         }))
     }
 }
