@@ -59,7 +59,7 @@ impl Claims {
 
 impl Lanes {
     /// Starts `workers` threads and queues every memory that already has jobs in the store.
-    pub fn start(engine: Arc<Engine>, workers: usize) -> Lanes {
+    pub fn start(engine: Arc<Engine>, workers: usize, model_threads: usize) -> Lanes {
         let (tx, rx) = mpsc::channel::<String>();
         match engine.pending_jobs() {
             Ok((memories, jobs)) => {
@@ -82,7 +82,11 @@ impl Lanes {
                 let tx = tx.clone();
                 std::thread::Builder::new()
                     .name(format!("recalld-lane-{i}"))
-                    .spawn(move || work(&engine, &rx, &tx, &claims, &stop))
+                    .spawn(move || match background_pool(i, model_threads) {
+                        // The worker runs inside its pool, so the model's parallel work does too.
+                        Some(pool) => pool.install(|| work(&engine, &rx, &tx, &claims, &stop)),
+                        None => work(&engine, &rx, &tx, &claims, &stop),
+                    })
                     .expect("spawn lane worker")
             })
             .collect();
@@ -100,6 +104,31 @@ impl Lanes {
         for w in self.workers {
             let _ = w.join();
         }
+    }
+}
+
+/// The threads a lane worker's model calls run on: `threads` of them (0: half the cores, at
+/// least one), at a lower CPU priority (nice 10). The request path's model work (recall's query)
+/// runs on the default pool at normal priority, so background judging never takes every core
+/// from a caller who is waiting. None when the pool cannot be built (then the default pool).
+fn background_pool(worker: usize, threads: usize) -> Option<rayon::ThreadPool> {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+    let threads = if threads == 0 { (cores / 2).max(1) } else { threads };
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(move |k| format!("recalld-lane-{worker}-model-{k}"))
+        .start_handler(|_| lower_priority())
+        .build()
+        .map_err(|e| tracing::warn!(error = %e, "no background thread pool; lanes share the default one"))
+        .ok()
+}
+
+/// Lowers the calling thread's CPU priority (Linux: a thread id is a process id to setpriority).
+fn lower_priority() {
+    // SAFETY: gettid and setpriority take no pointers; a failure only leaves the priority as is.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
+    if r != 0 {
+        tracing::debug!("cannot lower a lane thread's priority");
     }
 }
 

@@ -28,7 +28,7 @@ fn setup() -> Setup {
     let cfg: ModelsConfig = toml::from_str(&format!("[embedder]\npath = {:?}\n", util::model_dir())).unwrap();
     let models = Models::load(&cfg, dir.path()).unwrap();
     let engine = Arc::new(Engine::new(store.clone(), Some(models), EngineConfig::default()));
-    let lanes = Lanes::start(engine.clone(), 1);
+    let lanes = Lanes::start(engine.clone(), 1, 0);
     Setup {
         engine,
         store,

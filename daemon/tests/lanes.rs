@@ -74,7 +74,7 @@ fn queued_jobs_survive_a_restart_and_run_in_order() {
     } // "crash": the engine goes away with its jobs still queued
     let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
     let engine = Arc::new(Engine::new(store, None, config));
-    let lanes = Lanes::start(engine.clone(), 1);
+    let lanes = Lanes::start(engine.clone(), 1, 0);
     let deadline = Instant::now() + Duration::from_secs(30);
     while engine.pending_jobs().unwrap().1 > 0 {
         assert!(Instant::now() < deadline, "queued jobs were not resumed");

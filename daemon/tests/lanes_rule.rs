@@ -206,7 +206,7 @@ fn decorate_and_report_answer_while_a_lane_job_is_mid_judgment() {
     let gate = Arc::new(Gate::default());
     let judge = Arc::new(TestJudge::new(Some(gate.clone()), Duration::ZERO));
     let engine = engine_with(dir.path(), judge.clone());
-    let lanes = Lanes::start(engine.clone(), 1);
+    let lanes = Lanes::start(engine.clone(), 1, 0);
     let mut history = Vec::new();
     let mut now = 1_767_225_600.0;
     // Two turns: the second user message closes the first turn, queuing its units' judgment.
@@ -273,7 +273,7 @@ fn with_four_workers_and_many_notices_every_job_runs_once() {
         assert!(engine.pending_jobs().unwrap().1 >= 12 * memories.len() as u64);
     }
     let engine = engine_with(dir.path(), judge.clone());
-    let lanes = Lanes::start(engine.clone(), 4);
+    let lanes = Lanes::start(engine.clone(), 4, 0);
     for _ in 0..50 {
         for m in &memories {
             lanes.notify(m);
@@ -302,7 +302,7 @@ fn cuts_use_the_boundary_scores_the_lane_stored() {
     let dir = tempfile::tempdir().unwrap();
     let judge = Arc::new(TestJudge::new(None, Duration::ZERO));
     let engine = engine_with(dir.path(), judge.clone());
-    let lanes = Lanes::start(engine.clone(), 1);
+    let lanes = Lanes::start(engine.clone(), 1, 0);
     let mut history = Vec::new();
     let mut now = 1_767_225_600.0;
     let mut inline_cuts = Vec::new();

@@ -72,7 +72,7 @@ fn quiet_times_out_with_jobs_left_then_returns_zero_once_the_lane_ran() {
     for other in ["lan", "lane2", "never-seen"] {
         assert_eq!(jobs(engine.quiet(other, 10_000).unwrap()), 0, "{other}");
     }
-    let lanes = Lanes::start(engine.clone(), 1);
+    let lanes = Lanes::start(engine.clone(), 1, 0);
     assert_eq!(jobs(engine.quiet("lane", 30_000).unwrap()), 0);
     assert_eq!(engine.pending_jobs().unwrap().1, 0, "quiet said 0 while jobs were left");
     lanes.stop();

@@ -63,6 +63,9 @@ pub struct EngineConfig {
     pub max_episodes_judged: usize,
     /// Threads running the memories' background lanes.
     pub lane_workers: usize,
+    /// Threads each lane worker's model calls may use, at lower CPU priority (0: half the cores,
+    /// at least one); the rest serve the request path.
+    pub lane_model_threads: usize,
     /// Memories whose loaded state is kept between ops (most recently used).
     pub cached_memories: usize,
     /// Whether new user messages recall what left the view (and facts and passages are
@@ -90,6 +93,7 @@ impl Default for EngineConfig {
             max_episode_tokens: 4_000,
             max_episodes_judged: 32,
             lane_workers: 1,
+            lane_model_threads: 0,
             cached_memories: 64,
             recall: true,
             recall_tokens: 4_000,
