@@ -346,17 +346,13 @@ impl Engine {
         let walked = self.walk(st, q, &mut candidates);
         let walk_ms = walk_started.elapsed().as_secs_f64() * 1e3;
 
-        // 4. The budget: what the view leaves free takes anything, best first; beyond it, up to
-        // the reserved room, only what is relevant by meaning may hold back live history (all
-        // of it when the message could not be embedded, so relevance is unknown).
+        // 4. The budget: the reserved room when something found is relevant by meaning (or
+        // when the message could not be embedded, so relevance is unknown), else what is free.
         let best_cosine = candidates
             .iter()
             .filter_map(|c| c.cosine)
             .fold(None, |m: Option<f32>, c| Some(m.map_or(c, |m| m.max(c))));
-        let unknown = q.vectors.is_empty();
-        let threshold = self.config.recall_relevant_cosine;
-        let is_relevant = |c: &Candidate| unknown || c.cosine.is_some_and(|x| x >= threshold);
-        let relevant = unknown || best_cosine.is_some_and(|c| c >= threshold);
+        let relevant = q.vectors.is_empty() || best_cosine.is_some_and(|c| c >= self.config.recall_relevant_cosine);
         let budget = if relevant { room.reserved } else { room.free };
 
         // 5. Fill the budget, best first; a block that renders over it drops its last items. A
@@ -375,8 +371,7 @@ impl Engine {
                     continue;
                 }
             }
-            let limit = if is_relevant(c) { budget } else { room.free.min(budget) };
-            if used + cost(c) > limit {
+            if used + cost(c) > budget {
                 continue;
             }
             if matches!(c.found, Found::Passage(_)) {
