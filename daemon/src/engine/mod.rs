@@ -163,7 +163,9 @@ struct StateCache {
     order: std::collections::VecDeque<String>,
 }
 
-/// A new user message's recall block may take at least this share of the history budget.
+/// A new user message's recall block may take at least this share of the history budget (when
+/// what it found is relevant). On the LoCoMo dev replay at 4k: a third 0.790, a half 0.846, two
+/// thirds 0.831; at 8k a half costs 0.02 against a third (README, Benchmarks).
 const RECALL_SHARE: (u64, u64) = (1, 2);
 
 /// Unix seconds now, or the caller's injected time.

@@ -206,7 +206,8 @@ impl Engine {
             return None;
         }
         // The same request sent again (after a reply that was only the note) has no new
-        // message: nothing is recalled for it, so nothing is embedded.
+        // message: nothing is recalled for it, so nothing is embedded. (A user who says the
+        // same words twice in a row gets no recall for the second: a fair price.)
         if record.last_user_fingerprint.as_deref() == Some(fingerprint_hex(last.fingerprint()).as_str()) {
             return None;
         }
