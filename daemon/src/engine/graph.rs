@@ -162,7 +162,7 @@ fn read_held(r: &Reader<'_>, memory: &str, facts: &[u64]) -> Result<Held, StoreE
         &keys::seq2_prefix(memory, VectorKind::Entity as u64),
         &keys::seq2_prefix(memory, VectorKind::Entity as u64),
         |k, v: VectorRecord| {
-            let n = u64::from_be_bytes(k[k.len() - 8..].try_into().expect("8-byte suffix"));
+            let n = keys::last_number(k);
             out.vectors.push((n, v.v));
             Ok(true)
         },
@@ -179,7 +179,7 @@ fn facts_between(r: &Reader<'_>, memory: &str, a: u64, b: u64) -> Result<Vec<Fac
     let mut ns = Vec::new();
     r.visit_rev(Table::Edges, &keys::seq2_prefix(memory, a), |k, other: u64| {
         if other == b {
-            ns.push(u64::from_be_bytes(k[k.len() - 8..].try_into().expect("8-byte suffix")));
+            ns.push(keys::last_number(k));
         }
         Ok(ns.len() < RELATED_FACTS * 4)
     })?;

@@ -517,7 +517,7 @@ fn edge_facts(
 ) -> Result<Option<Vec<u64>>, crate::store::StoreError> {
     let mut facts = Vec::new();
     r.visit_rev(Table::Edges, &keys::seq2_prefix(memory, e), |k, _other: u64| {
-        facts.push(u64::from_be_bytes(k[k.len() - 8..].try_into().expect("8-byte suffix")));
+        facts.push(keys::last_number(k));
         Ok(facts.len() <= hub)
     })?;
     facts.dedup();

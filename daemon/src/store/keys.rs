@@ -29,6 +29,11 @@ pub fn seq2(memory: &str, a: u64, b: u64) -> Vec<u8> {
     k
 }
 
+/// The number a `seq` or `seq2` key ends with (its last 8 bytes).
+pub fn last_number(key: &[u8]) -> u64 {
+    u64::from_be_bytes(key[key.len() - 8..].try_into().expect("a key ending in an 8-byte number"))
+}
+
 /// The prefix of every `seq2(memory, a, _)` key.
 pub fn seq2_prefix(memory: &str, a: u64) -> Vec<u8> {
     seq(memory, a)
