@@ -440,33 +440,43 @@ impl Engine {
             .take(WALK_FROM)
             .collect();
         let mut added: HashMap<u64, (f64, u64, Option<f32>)> = HashMap::new();
-        for (source, score) in sources {
-            let Some(f) = st.fact(source) else { continue };
-            for e in entities(f) {
-                // The entity's edges, newest first, read only as far as a hub's degree: the
-                // walk's cost does not grow with the graph.
-                let Ok(Some(edge_facts)) = self.store.read(|r| edge_facts(r, memory, e, HUB_DEGREE)) else {
-                    continue;
-                };
-                let neighbours = edge_facts
-                    .into_iter()
-                    .filter_map(|n| st.fact(n))
-                    .filter(|g| g.n != f.n && g.is_active() && !g.note.is_empty())
-                    .filter(|g| !present.contains(&Doc::Fact(g.n)) && !in_facts_block(st, g))
-                    .take(WALK_NEIGHBOURS);
-                for g in neighbours {
-                    let cos = q
-                        .vectors
-                        .first()
-                        .and_then(|v| self.fact_vector(memory, g.n).map(|w| cosine(v, &w)));
-                    let s = score * WALK_DECAY * f64::from(cos.unwrap_or(0.5).max(0.0));
-                    let e = added.entry(g.n).or_insert((0.0, source, cos));
-                    if s > e.0 {
-                        *e = (s, source, cos);
+        // One read transaction for the whole walk; a neighbour reached twice is scored once. A
+        // read that fails skips what it would have read (the walk only adds).
+        let mut cosines: HashMap<u64, Option<f32>> = HashMap::new();
+        let _ = self.store.read(|r| {
+            for &(source, score) in &sources {
+                let Some(f) = st.fact(source) else { continue };
+                for e in entities(f) {
+                    // The entity's edges, newest first, read only as far as a hub's degree: the
+                    // walk's cost does not grow with the graph.
+                    let Some(edge_facts) = edge_facts(r, memory, e, HUB_DEGREE).ok().flatten() else {
+                        continue;
+                    };
+                    let neighbours = edge_facts
+                        .into_iter()
+                        .filter_map(|n| st.fact(n))
+                        .filter(|g| g.n != f.n && g.is_active() && !g.note.is_empty())
+                        .filter(|g| !present.contains(&Doc::Fact(g.n)) && !in_facts_block(st, g))
+                        .take(WALK_NEIGHBOURS);
+                    for g in neighbours {
+                        let cos = *cosines.entry(g.n).or_insert_with(|| {
+                            let v = q.vectors.first()?;
+                            let w: VectorRecord = r
+                                .get(Table::Vectors, &keys::seq2(memory, VectorKind::Fact as u64, g.n))
+                                .ok()
+                                .flatten()?;
+                            Some(cosine(v, &w.v))
+                        });
+                        let s = score * WALK_DECAY * f64::from(cos.unwrap_or(0.5).max(0.0));
+                        let e = added.entry(g.n).or_insert((0.0, source, cos));
+                        if s > e.0 {
+                            *e = (s, source, cos);
+                        }
                     }
                 }
             }
-        }
+            Ok(())
+        });
         let n = added.len();
         for (g, (score, source, cosine)) in added {
             if let Some(f) = st.fact(g) {
@@ -481,14 +491,6 @@ impl Engine {
         }
         candidates.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.doc.cmp(&b.doc)));
         n
-    }
-
-    fn fact_vector(&self, memory: &str, n: u64) -> Option<Vec<f32>> {
-        let v: Option<VectorRecord> = self
-            .store
-            .read(|r| r.get(Table::Vectors, &keys::seq2(memory, VectorKind::Fact as u64, n)))
-            .ok()?;
-        v.map(|v| v.v)
     }
 }
 
