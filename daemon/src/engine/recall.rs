@@ -246,8 +246,9 @@ impl Engine {
         })
     }
 
-    /// Searches, fuses, walks and fills a block of at most `budget` tokens for the user
-    /// message `seq`. Reads the indexes and the store; changes nothing.
+    /// Searches, fuses, walks and fills a block for the user message `seq`, within `room`
+    /// (its reserved part only when something found is relevant). Reads the indexes and the
+    /// store; changes nothing.
     pub(super) fn recall(&self, st: &State, q: &Query, seq: u64, room: Room, now: f64) -> Recalled {
         let started = Instant::now();
         let memory = st.memory.id.as_str();
@@ -349,10 +350,7 @@ impl Engine {
 
         // 4. The budget: the reserved room when something found is relevant by meaning (or
         // when the message could not be embedded, so relevance is unknown), else what is free.
-        let best_cosine = candidates
-            .iter()
-            .filter_map(|c| c.cosine)
-            .fold(None, |m: Option<f32>, c| Some(m.map_or(c, |m| m.max(c))));
+        let best_cosine = candidates.iter().filter_map(|c| c.cosine).reduce(f32::max);
         let relevant = q.vectors.is_empty() || best_cosine.is_some_and(|c| c >= self.config.recall_relevant_cosine);
         let budget = if relevant { room.reserved } else { room.free };
 

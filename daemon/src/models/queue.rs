@@ -10,7 +10,8 @@
 //! [`Yielding`]). Background calls run in batches of a few texts, so the request path waits for
 //! one small batch at most.
 
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -109,7 +110,7 @@ struct Request {
 /// Embeddings for callers that wait at most a deadline, one model call at a time.
 pub struct QueryEmbedder {
     tx: Mutex<Sender<Request>>,
-    dropped: Arc<std::sync::atomic::AtomicU64>,
+    dropped: Arc<AtomicU64>,
     priority: Arc<Priority>,
 }
 
@@ -118,7 +119,7 @@ impl QueryEmbedder {
     /// the request path); `priority` is what background calls yield to.
     pub fn new(embedder: Arc<dyn Embedder>, priority: Arc<Priority>) -> QueryEmbedder {
         let (tx, rx) = mpsc::channel();
-        let dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let dropped = Arc::new(AtomicU64::new(0));
         let counter = dropped.clone();
         std::thread::Builder::new()
             .name("recalld-query-embed".into())
@@ -147,23 +148,23 @@ impl QueryEmbedder {
             .unwrap_or_else(|e| e.into_inner())
             .send(request)
             .map_err(|_| QueueError::Stopped)?;
+        // Disconnected: the worker dropped the request as stale, which also means late.
         match answer.recv_timeout(wait) {
             Ok(result) => Ok(result?),
-            Err(RecvTimeoutError::Timeout) => Err(QueueError::Late(wait)),
-            Err(RecvTimeoutError::Disconnected) => Err(QueueError::Late(wait)),
+            Err(_) => Err(QueueError::Late(wait)),
         }
     }
 
     /// Requests dropped unembedded because their caller had stopped waiting.
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(std::sync::atomic::Ordering::Relaxed)
+        self.dropped.load(Ordering::Relaxed)
     }
 }
 
-fn work(embedder: Arc<dyn Embedder>, rx: Receiver<Request>, dropped: Arc<std::sync::atomic::AtomicU64>) {
+fn work(embedder: Arc<dyn Embedder>, rx: Receiver<Request>, dropped: Arc<AtomicU64>) {
     while let Ok(request) = rx.recv() {
         if Instant::now() >= request.deadline {
-            dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            dropped.fetch_add(1, Ordering::Relaxed);
             continue;
         }
         let texts: Vec<&str> = request.texts.iter().map(String::as_str).collect();
