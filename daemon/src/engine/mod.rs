@@ -366,6 +366,11 @@ impl Engine {
             faded = fade(&mut st, measure.budget.landing, measure.view, now, ratio);
             measure = self.measure(&st, &parsed, ratio);
         }
+        // Over the ceiling while episodes leave (no fade until they seal): closed history is cut
+        // all the same, so assembly can hold its episodes back from this request.
+        if cut_report.is_none() && measure.budget.fixed + measure.view > measure.budget.ceiling {
+            cut_report = self.cut(&mut st, measure.budget.history, true);
+        }
 
         // 5. Recall for a new user message, in what the history budget leaves; the block is
         // stored with the message and counted in its size from now on.
