@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use super::records::Job;
 use super::{Engine, EngineError};
 use crate::store::{keys, Table};
 
@@ -16,9 +17,10 @@ pub const MAX_QUIET_MS: u64 = 600_000;
 
 impl Engine {
     /// Waits up to `timeout_ms` until the memory's queued jobs (the `jobs` table under its
-    /// prefix) are all done; returns `{"jobs": remaining}` (0 when quiet, more on a timeout).
-    /// A job stays in the table until the transaction applying its result commits, so 0 means
-    /// every result is visible to the next op.
+    /// prefix) are all done or parked; returns `{"jobs": remaining, "parked": n}` (jobs 0 when
+    /// quiet, more on a timeout). A parked job no longer runs, so waiting for it would only
+    /// wait out the timeout. A job stays in the table until the transaction applying its
+    /// result commits, so 0 means every result is visible to the next op.
     pub fn quiet(&self, memory: &str, timeout_ms: u64) -> Result<Value, EngineError> {
         if timeout_ms > MAX_QUIET_MS {
             return Err(EngineError::InvalidArgument(format!(
@@ -28,9 +30,20 @@ impl Engine {
         let deadline = Instant::now() + Duration::from_millis(timeout_ms);
         let prefix = keys::memory_prefix(memory);
         loop {
-            let jobs = self.store.read(|r| r.count(Table::Jobs, &prefix))?;
+            let (jobs, parked) = self.store.read(|r| {
+                let (mut jobs, mut parked) = (0u64, 0u64);
+                r.visit(Table::Jobs, &prefix, &prefix, |_, job: Job| {
+                    if job.parked() {
+                        parked += 1;
+                    } else {
+                        jobs += 1;
+                    }
+                    Ok(true)
+                })?;
+                Ok((jobs, parked))
+            })?;
             if jobs == 0 || Instant::now() >= deadline {
-                return Ok(json!({ "jobs": jobs }));
+                return Ok(json!({ "jobs": jobs, "parked": parked }));
             }
             std::thread::sleep(POLL);
         }
