@@ -63,6 +63,10 @@ struct ReplayArgs {
     /// Where to write `replay.json` and `replay.md`.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
+    /// An engine setting for the started daemon, as a line of its `[engine]` section (repeat):
+    /// `--engine 'recall_share = 0.4'`. Recorded in `replay.json` under `options.engine`.
+    #[arg(long)]
+    engine: Vec<String>,
 }
 
 fn repo() -> PathBuf {
@@ -91,13 +95,18 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn start(bin: &Path) -> Result<Daemon, String> {
+    fn start(bin: &Path, engine: &[String]) -> Result<Daemon, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let socket = dir.path().join("recalld.sock");
         // The embedder gets as long as it needs for a question (the default recall deadline is
         // 300 ms): on a loaded machine a missed deadline would change the table from run to run.
         let config = dir.path().join("recalld.toml");
-        std::fs::write(&config, "[engine]\nrecall_deadline_ms = 10000\n").map_err(|e| e.to_string())?;
+        let mut toml = String::from("[engine]\nrecall_deadline_ms = 10000\n");
+        for line in engine {
+            toml.push_str(line);
+            toml.push('\n');
+        }
+        std::fs::write(&config, toml).map_err(|e| e.to_string())?;
         let mut child = Command::new(bin)
             .arg("serve")
             .arg("--socket")
@@ -178,7 +187,7 @@ fn run(args: ReplayArgs) -> Result<(), String> {
                     .map_err(|e| e.to_string())?
                     .with_file_name("recalld"),
             };
-            daemon = Daemon::start(&bin)?;
+            daemon = Daemon::start(&bin, &args.engine)?;
             eprintln!("started {} on {}", bin.display(), daemon.socket.display());
             daemon.socket.clone()
         }
@@ -251,6 +260,7 @@ fn run(args: ReplayArgs) -> Result<(), String> {
         "options": {
             "ceilings": args.ceiling, "turn_gap_s": args.turn_gap, "quiet_gap_s": args.quiet_gap,
             "question_delay_hours": args.question_delay_hours, "jobs": args.jobs,
+            "engine": args.engine,
         },
         "quiet": quiet_note,
         "ceilings": per_ceiling,

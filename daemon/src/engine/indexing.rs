@@ -17,7 +17,7 @@ use crate::store::{keys, Table};
 const PASSAGES_PER_JOB: usize = 256;
 
 /// The passages of sealed episodes not cut yet, numbered from the memory's next passage.
-pub(super) fn passage_drafts(st: &State) -> Vec<Passage> {
+pub(super) fn passage_drafts(st: &State, passage_tokens: u64) -> Vec<Passage> {
     let mut next = st.memory.next_passage;
     let mut out = Vec::new();
     for e in st
@@ -32,7 +32,7 @@ pub(super) fn passage_drafts(st: &State) -> Vec<Passage> {
             .messages_in(e.first_seq, e.last_seq)
             .filter(|m| m.in_history())
             .collect();
-        let ps = passages_of(e.n, &ms, next);
+        let ps = passages_of(e.n, &ms, next, passage_tokens);
         next += ps.len() as u64;
         out.extend(ps);
     }

@@ -217,7 +217,7 @@ impl Engine {
             JobKind::Graph { facts } => Snapshot::Graph(facts.clone()),
             JobKind::Reembed => Snapshot::Reembed,
             JobKind::Cut => Snapshot::Nothing,
-            JobKind::Index => Snapshot::Passages(indexing::passage_drafts(st)),
+            JobKind::Index => Snapshot::Passages(indexing::passage_drafts(st, self.config.passage_tokens)),
             JobKind::Distill { seq } => {
                 distill::snapshot(st, &self.store, *seq).map_or(Snapshot::Nothing, Snapshot::Distill)
             }

@@ -82,6 +82,14 @@ pub struct EngineConfig {
     /// calibrated on LoCoMo dev to keep 90% of the facts that answer a question
     /// (docs/models.md), with the same embedder.
     pub recall_relevant_cosine: f32,
+    /// The share of the history budget a new message's recall block may take by holding back
+    /// live history, when what it found is relevant. On the LoCoMo dev replay at 4k: a third
+    /// 0.790, a half 0.846, two thirds 0.831; at 8k a half costs 0.02 against a third (README,
+    /// Benchmarks).
+    pub recall_share: f64,
+    /// A passage (what recall searches and shows as an excerpt) gathers whole units up to
+    /// about this many tokens; a larger unit is a passage of its own.
+    pub passage_tokens: u64,
 }
 
 impl Default for EngineConfig {
@@ -99,6 +107,8 @@ impl Default for EngineConfig {
             recall_tokens: 4_000,
             recall_deadline_ms: 300,
             recall_relevant_cosine: 0.56,
+            recall_share: 0.5,
+            passage_tokens: passages::PASSAGE_TOKENS,
         }
     }
 }
@@ -162,11 +172,6 @@ struct StateCache {
     states: HashMap<String, State>,
     order: std::collections::VecDeque<String>,
 }
-
-/// A new user message's recall block may take at least this share of the history budget (when
-/// what it found is relevant). On the LoCoMo dev replay at 4k: a third 0.790, a half 0.846, two
-/// thirds 0.831; at 8k a half costs 0.02 against a third (README, Benchmarks).
-const RECALL_SHARE: (u64, u64) = (1, 2);
 
 /// Unix seconds now, or the caller's injected time.
 fn now_or(now: Option<f64>) -> Result<f64, EngineError> {
@@ -386,7 +391,7 @@ impl Engine {
         // fade settles it. A message nothing relevant answers ("thanks!") gets only what is free.
         let mut recall_limit = None;
         if let (Some(q), Some(seq)) = (&query, new_user_seq) {
-            let reserve = (measure.budget.history * RECALL_SHARE.0 / RECALL_SHARE.1).min(self.config.recall_tokens);
+            let reserve = ((measure.budget.history as f64 * self.config.recall_share.clamp(0.0, 1.0)) as u64).min(self.config.recall_tokens);
             let free = measure
                 .budget
                 .history

@@ -6,11 +6,14 @@ use super::units::units;
 use crate::formats::Role;
 
 /// A passage gathers whole units up to about this many tokens; a larger unit is a passage of
-/// its own (a unit is never split, so a tool call stays with its output).
+/// its own (a unit is never split, so a tool call stays with its output). The default of
+/// `[engine] passage_tokens`: on the LoCoMo dev replay (2 conversations, 4k) 64 gave 0.818
+/// against 0.831, finer excerpts ranking no better.
 pub const PASSAGE_TOKENS: u64 = 160;
 
-/// The passages of one episode's history messages (in order), numbered from `next`.
-pub fn passages_of(episode: u64, messages: &[&StoredMessage], next: u64) -> Vec<Passage> {
+/// The passages of one episode's history messages (in order), numbered from `next`, each up to
+/// about `max_tokens` ([`PASSAGE_TOKENS`] by default).
+pub fn passages_of(episode: u64, messages: &[&StoredMessage], next: u64, max_tokens: u64) -> Vec<Passage> {
     let mut out: Vec<Passage> = Vec::new();
     let mut current: Vec<&StoredMessage> = Vec::new();
     let mut size = 0u64;
@@ -33,7 +36,7 @@ pub fn passages_of(episode: u64, messages: &[&StoredMessage], next: u64) -> Vec<
     for u in units(messages) {
         let unit = &messages[u.start..u.end];
         let unit_size: u64 = unit.iter().map(|m| m.tokens as u64).sum();
-        if !current.is_empty() && size + unit_size > PASSAGE_TOKENS {
+        if !current.is_empty() && size + unit_size > max_tokens {
             flush(&mut current, &mut out);
             size = 0;
         }
@@ -121,7 +124,7 @@ mod tests {
             })
             .collect();
         let refs: Vec<&StoredMessage> = ms.iter().collect();
-        let ps = passages_of(3, &refs, 10);
+        let ps = passages_of(3, &refs, 10, PASSAGE_TOKENS);
         assert!(ps.len() >= 3, "{} passages", ps.len());
         assert_eq!(ps[0].n, 10);
         assert_eq!(ps[0].first_seq, 0);
