@@ -79,9 +79,12 @@ impl Engine {
 
     /// Adds what the store holds past the index's marks to both indexes, commits them, then
     /// moves the marks; rebuilds from nothing when the marks are missing or ahead of the store.
-    /// Runs in the lane, without the memory's lock (only this lane writes the memory's indexes).
+    /// Runs in the lane, without the memory's lock (only this lane writes the memory's indexes),
+    /// under its index lock, so a memory forgotten meanwhile is not written back.
     pub(super) fn update_indexes(&self, memory: &str) -> Result<(), EngineError> {
         let Some(ix) = &self.indexes else { return Ok(()) };
+        let lock = self.index_lock(memory);
+        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
         let Some(record) = self.store.read(|r| r.get::<MemoryRecord>(Table::Memories, &keys::memory(memory)))? else {
             return Ok(());
         };
@@ -142,7 +145,12 @@ impl Engine {
         let (Some(ix), Some(models)) = (&self.indexes, &self.models) else { return Ok(()) };
         let Some(vix) = &ix.vectors else { return Ok(()) };
         let model = models.embedder.id().name;
+        let lock = self.index_lock(memory);
+        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
         let vectors: Vec<(u64, Vec<f32>)> = self.store.read(|r| {
+            if r.get::<serde::de::IgnoredAny>(Table::Memories, &keys::memory(memory))?.is_none() {
+                return Ok(Vec::new()); // forgotten meanwhile
+            }
             let mut out = Vec::new();
             for &n in facts {
                 let v: Option<VectorRecord> = r.get(Table::Vectors, &keys::seq2(memory, VectorKind::Fact as u64, n))?;
@@ -187,6 +195,8 @@ impl Engine {
     /// Throws away a memory's indexes (the memory was forgotten).
     pub(super) fn drop_indexes(&self, memory: &str) {
         if let Some(ix) = &self.indexes {
+            let lock = self.index_lock(memory);
+            let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
             if let Err(e) = ix.drop_memory(memory) {
                 tracing::warn!(memory, error = %e, "cannot remove the memory's search indexes");
             }

@@ -154,6 +154,10 @@ pub struct Engine {
     models: Option<Models>,
     config: EngineConfig,
     locks: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// Per memory, held while its search indexes are written or dropped: the lane writes them
+    /// without the memory's lock, and `forget_memory` must not race it (a write after the drop
+    /// would leave documents of a memory the store no longer has).
+    index_locks: Mutex<HashMap<String, Arc<Mutex<()>>>>,
     notify: Mutex<Option<std::sync::mpsc::Sender<String>>>,
     /// Loaded states of recently used memories, equal to what the store holds: every op that
     /// writes a memory saves through its state under the memory's lock, then puts it back.
@@ -219,6 +223,7 @@ impl Engine {
             models,
             config,
             locks: Mutex::new(HashMap::new()),
+            index_locks: Mutex::new(HashMap::new()),
             notify: Mutex::new(None),
             cache: Mutex::default(),
             note_costs,
@@ -233,6 +238,11 @@ impl Engine {
 
     fn lock(&self, memory: &str) -> Arc<Mutex<()>> {
         let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        locks.entry(memory.to_owned()).or_default().clone()
+    }
+
+    fn index_lock(&self, memory: &str) -> Arc<Mutex<()>> {
+        let mut locks = self.index_locks.lock().unwrap_or_else(|e| e.into_inner());
         locks.entry(memory.to_owned()).or_default().clone()
     }
 
