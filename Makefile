@@ -12,7 +12,7 @@ export RECALLD_MODEL_DIR ?= $(MODEL_DIR)
 export RECALLD_BENCH_DIR ?= $(abspath $(REPO)/../shared/bench)
 
 .PHONY: run test model build build-release test-rust test-python test-ts test-e2e venv py-client ts-client bench bench-engine sdk-py bench-kill
-.PHONY: test-bench bench-replay
+.PHONY: test-bench bench-replay bench-load
 
 run: model build-release
 	./target/release/recalld serve
@@ -85,3 +85,15 @@ BENCH_CEILINGS ?= 8000,4000
 bench-replay: model build-release
 	cargo build --release -p recalld-bench
 	./target/release/recalld-bench replay --ceiling $(BENCH_CEILINGS) --recalld ./target/release/recalld --out bench/results
+
+# Issue 12's load mode: the agent traces replayed by LOAD_CLIENTS clients over LOAD_MEMORIES
+# memories (history resent each call, note asks answered) against a started release daemon;
+# decorate/report latency against the `ping` floor, lane depth, RSS, bytes on disk, cold start.
+# Writes bench/results/load.{json,md}. LOAD_FLAGS for more (e.g. --drain-timeout 600).
+LOAD_CLIENTS ?= 4
+LOAD_MEMORIES ?= 8
+LOAD_MESSAGES ?= 300
+LOAD_CEILING ?= 16000
+bench-load: model build-release
+	cargo build --release -p recalld-bench
+	./target/release/recalld-bench load --clients $(LOAD_CLIENTS) --memories $(LOAD_MEMORIES) --messages $(LOAD_MESSAGES) --ceiling $(LOAD_CEILING) --recalld ./target/release/recalld --out bench/results $(LOAD_FLAGS)

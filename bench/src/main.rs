@@ -1,9 +1,10 @@
 //! `recalld-bench replay`: replays LoCoMo conversations through a real recalld daemon and
 //! scores evidence availability per category against baselines at the same token count.
+//! `recalld-bench load`: real agent traffic from concurrent clients, its latencies against the
+//! `ping` floor, lanes, memory, disk and cold start (module `load`).
 //! Progress goes to stderr; the markdown table to stdout; JSON (and the table) to `--out`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -11,7 +12,9 @@ use clap::{Parser, Subcommand};
 use recalld::client::Client;
 use recalld::models::{MiniLm, Usage};
 use recalld_bench::baselines::{self, Rankings};
+use recalld_bench::daemon::{bench_dir, model_dir, Daemon};
 use recalld_bench::evaluate::evaluate;
+use recalld_bench::load::{self, LoadOptions};
 use recalld_bench::locomo::{self, Conversation};
 use recalld_bench::replay::{self, Asked, Options, Stats};
 use recalld_bench::table::Table;
@@ -28,6 +31,49 @@ struct Cli {
 enum Cmd {
     /// Replay LoCoMo conversations through a real daemon; score evidence availability.
     Replay(ReplayArgs),
+    /// Real agent traffic from concurrent clients: latency against the ping floor, lanes, RSS,
+    /// bytes on disk, cold start.
+    Load(LoadArgs),
+}
+
+#[derive(clap::Args)]
+struct LoadArgs {
+    /// The agent traces file (JSON lines of Chat Completions conversations).
+    #[arg(long, default_value_os_t = bench_dir().join("agent-traces-dev.jsonl"))]
+    traces: PathBuf,
+    /// Concurrent clients, one connection each (at most one per memory).
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// Memories, shared out among the clients.
+    #[arg(long, default_value_t = 8)]
+    memories: usize,
+    /// Stored history messages to reach per memory (traces are replayed one after another).
+    /// The default keeps the traffic near 40 s on a 2-core machine; 10k and 100k are long runs.
+    #[arg(long, default_value_t = 300)]
+    messages: u64,
+    /// The token ceiling every decorate sends.
+    #[arg(long, default_value_t = 16_000)]
+    ceiling: u64,
+    /// The daemon binary to start (default: `recalld` beside this binary).
+    #[arg(long)]
+    recalld: Option<PathBuf>,
+    /// An engine setting for the started daemon, as a line of its `[engine]` section (repeat).
+    #[arg(long)]
+    engine: Vec<String>,
+    /// Milliseconds between `stats` polls (lane depth) and RSS readings.
+    #[arg(long, default_value_t = 250)]
+    poll_ms: u64,
+    /// Decorate requests kept to be echoed by `ping` (the floor).
+    #[arg(long, default_value_t = 500)]
+    floor_samples: usize,
+    /// Seconds to wait for the lanes to drain after the traffic (`quiet` per memory). The
+    /// default keeps the run near a minute; what is left then is reported, not hidden. Give
+    /// 600 to measure a full drain.
+    #[arg(long, default_value_t = 20)]
+    drain_timeout: u64,
+    /// Where to write `load.json` and `load.md`.
+    #[arg(long, default_value = "bench/results")]
+    out: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -69,104 +115,76 @@ struct ReplayArgs {
     engine: Vec<String>,
 }
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 fn default_data() -> PathBuf {
-    match std::env::var_os("RECALLD_BENCH_DIR") {
-        Some(d) if !d.is_empty() => PathBuf::from(d).join("locomo-dev.json"),
-        _ => repo().join("../shared/bench/locomo-dev.json"),
-    }
-}
-
-fn model_dir() -> PathBuf {
-    match std::env::var_os("RECALLD_MODEL_DIR") {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => repo().join("models/all-MiniLM-L6-v2"),
-    }
-}
-
-/// A daemon this program started: stopped (SIGTERM, then kill) when dropped.
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Daemon {
-    fn start(bin: &Path, engine: &[String]) -> Result<Daemon, String> {
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let socket = dir.path().join("recalld.sock");
-        // The embedder gets as long as it needs for a question (the default recall deadline is
-        // 300 ms): on a loaded machine a missed deadline would change the table from run to run.
-        let config = dir.path().join("recalld.toml");
-        let mut toml = String::from("[engine]\nrecall_deadline_ms = 10000\n");
-        for line in engine {
-            toml.push_str(line);
-            toml.push('\n');
-        }
-        std::fs::write(&config, toml).map_err(|e| e.to_string())?;
-        let mut child = Command::new(bin)
-            .arg("serve")
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--data")
-            .arg(dir.path().join("data"))
-            .arg("--config")
-            .arg(&config)
-            .env_remove("RECALLD_CONFIG")
-            .env(
-                "RECALLD_LOG",
-                std::env::var("RECALLD_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .env("RECALLD_MODEL_DIR", model_dir())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Err(format!("{} exited early: {status}", bin.display()));
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                return Err("the daemon did not listen within 60 s".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(Daemon {
-            child,
-            socket,
-            _dir: dir,
-        })
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    bench_dir().join("locomo-dev.json")
 }
 
 fn main() {
     let cli = Cli::parse();
-    let Cmd::Replay(args) = cli.command;
-    if let Err(e) = run(args) {
+    let result = match cli.command {
+        Cmd::Replay(args) => run(args),
+        Cmd::Load(args) => run_load(args),
+    };
+    if let Err(e) = result {
         eprintln!("recalld-bench: {e}");
         std::process::exit(1);
     }
+}
+
+fn daemon_bin(given: &Option<PathBuf>) -> Result<PathBuf, String> {
+    match given {
+        Some(b) => Ok(b.clone()),
+        None => Ok(std::env::current_exe()
+            .map_err(|e| e.to_string())?
+            .with_file_name("recalld")),
+    }
+}
+
+/// The command line as typed (arguments with spaces or quotes single-quoted), for the results.
+fn command_line() -> String {
+    std::env::args()
+        .map(|a| {
+            if a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=,:".contains(c)) {
+                a
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn run_load(args: LoadArgs) -> Result<(), String> {
+    let o = LoadOptions {
+        recalld: daemon_bin(&args.recalld)?,
+        traces: args.traces,
+        clients: args.clients,
+        memories: args.memories,
+        messages: args.messages,
+        ceiling: args.ceiling,
+        engine: args.engine,
+        poll: Duration::from_millis(args.poll_ms),
+        floor_samples: args.floor_samples,
+        drain_timeout: Duration::from_secs(args.drain_timeout),
+    };
+    let report = load::run(&o, &mut |line| eprintln!("{line}"))?;
+    let md = report.markdown(&command_line());
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    let json_path = args.out.join("load.json");
+    let md_path = args.out.join("load.md");
+    let mut json = serde_json::to_value(&report).map_err(|e| e.to_string())?;
+    json["command"] = json!(command_line());
+    std::fs::write(&json_path, serde_json::to_string_pretty(&json).unwrap_or_default())
+        .map_err(|e| format!("{}: {e}", json_path.display()))?;
+    std::fs::write(&md_path, &md).map_err(|e| format!("{}: {e}", md_path.display()))?;
+    println!("{md}");
+    eprintln!(
+        "wrote {} and {} in {:.1}s",
+        json_path.display(),
+        md_path.display(),
+        report.seconds
+    );
+    Ok(())
 }
 
 fn run(args: ReplayArgs) -> Result<(), String> {
@@ -181,13 +199,13 @@ fn run(args: ReplayArgs) -> Result<(), String> {
     let socket = match &args.socket {
         Some(s) => s.clone(),
         None => {
-            let bin = match &args.recalld {
-                Some(b) => b.clone(),
-                None => std::env::current_exe()
-                    .map_err(|e| e.to_string())?
-                    .with_file_name("recalld"),
-            };
-            daemon = Daemon::start(&bin, &args.engine)?;
+            let bin = daemon_bin(&args.recalld)?;
+            // The embedder gets as long as it needs for a question (the default recall deadline
+            // is 300 ms): on a loaded machine a missed deadline would change the table from run
+            // to run.
+            let mut engine = vec!["recall_deadline_ms = 10000".to_string()];
+            engine.extend(args.engine.iter().cloned());
+            daemon = Daemon::start(&bin, &engine)?;
             eprintln!("started {} on {}", bin.display(), daemon.socket.display());
             daemon.socket.clone()
         }

@@ -1,0 +1,231 @@
+//! One simulated agent working in one memory, for the load mode: it plays traces as sessions
+//! (see `traces`), sending the session's history so far with each model call as an agent
+//! would (`history: "full"`, the daemon aligns it), and a simulated model answers with the
+//! trace's next assistant message.
+//!
+//! The model answers note asks, openly by rule: when the decorated request carries the `note`
+//! tool, the reply also holds a note call with up to three facts, each the opening words of a
+//! user message of the leaving episodes' turns (as remembered by the agent), spread over them.
+//! So episodes seal and fade as in real use. Time is simulated: `turn_gap_s` between calls,
+//! `session_gap_s` between sessions.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use crate::traces::{self, Trace};
+
+pub const MODEL: &str = "load-simulated";
+
+/// How many user-message openings the agent remembers for notes (older turns get an empty
+/// note: the fade leaves the least active episodes first, rarely ones this old).
+const REMEMBERED_TURNS: usize = 4_000;
+
+/// Facts per note call: "a few", as a model writes; each costs the lane a judgment per
+/// remembered episode, so this sets much of the lane's load.
+const FACTS_PER_NOTE: usize = 3;
+
+pub struct Agent<'a> {
+    pub memory: String,
+    index: usize,
+    traces: &'a [Trace],
+    ceiling: u64,
+    turn_gap_s: f64,
+    session_gap_s: f64,
+    sessions: usize,
+    session: Vec<Value>,
+    tools: Vec<Value>,
+    /// The first message of `session` not yet sent to the daemon.
+    next: usize,
+    /// The assistant message the pending call is answered with.
+    answer: Option<usize>,
+    now: f64,
+    /// recalld's turn numbering: each user message opens the next turn.
+    turn: u64,
+    openings: BTreeMap<u64, String>,
+    /// History messages sent into the memory (user, assistant, tool; not the note calls).
+    pub stored: u64,
+    /// Their JSON text, as the transcript a client would keep without recalld.
+    pub raw_bytes: u64,
+    pub note_calls: u64,
+    pub notes_written: u64,
+}
+
+impl<'a> Agent<'a> {
+    pub fn new(memory: String, index: usize, traces: &'a [Trace], ceiling: u64) -> Agent<'a> {
+        Agent {
+            memory,
+            index,
+            traces,
+            ceiling,
+            turn_gap_s: 20.0,
+            session_gap_s: 3_600.0,
+            sessions: 0,
+            session: Vec::new(),
+            tools: Vec::new(),
+            next: 0,
+            answer: None,
+            now: 1.7e9,
+            turn: 0,
+            openings: BTreeMap::new(),
+            stored: 0,
+            raw_bytes: 0,
+            note_calls: 0,
+            notes_written: 0,
+        }
+    }
+
+    fn next_answer(&self) -> Option<usize> {
+        (self.next..self.session.len()).find(|&i| self.session[i]["role"] == "assistant")
+    }
+
+    /// Leaves the current session (e.g. after an error): the next call opens a new one.
+    pub fn abandon_session(&mut self) {
+        self.session.clear();
+        self.next = 0;
+        self.answer = None;
+    }
+
+    fn open_session(&mut self) {
+        // Memories start at different traces so they do not all send the same sizes at once.
+        let trace = &self.traces[(self.index * 37 + self.sessions) % self.traces.len()];
+        let tag = format!("{} s{}", self.memory, self.sessions);
+        self.sessions += 1;
+        self.session = traces::session(trace, &tag);
+        self.tools = trace.tools.clone();
+        self.next = 0;
+        self.now += self.session_gap_s;
+    }
+
+    /// The next `decorate`'s arguments: the session so far, up to the model's next move.
+    pub fn decorate_args(&mut self) -> Value {
+        let i = match self.next_answer() {
+            Some(i) => i,
+            None => {
+                self.open_session();
+                self.next_answer()
+                    .expect("traces::load keeps traces with an assistant message")
+            }
+        };
+        for m in &self.session[self.next..i] {
+            if m["role"] == "system" {
+                continue; // instructions, not history
+            }
+            if m["role"] == "user" {
+                self.turn += 1;
+                self.openings
+                    .insert(self.turn, opening(m["content"].as_str().unwrap_or("")));
+                while self.openings.len() > REMEMBERED_TURNS {
+                    self.openings.pop_first();
+                }
+            }
+            self.stored += 1;
+            self.raw_bytes += m.to_string().len() as u64;
+        }
+        self.next = i;
+        self.answer = Some(i);
+        self.now += self.turn_gap_s;
+        let mut request = json!({"model": MODEL, "messages": &self.session[..i]});
+        if !self.tools.is_empty() {
+            request["tools"] = json!(self.tools);
+        }
+        json!({"memory": self.memory, "request": request, "now": self.now, "ceiling": self.ceiling})
+    }
+
+    /// The next `report`'s arguments, given what `decorate` returned: the trace's assistant
+    /// message, with a note call beside it when the request asked for notes.
+    pub fn report_args(&mut self, decorated: &Value) -> Value {
+        let i = self.answer.take().expect("report_args follows decorate_args");
+        let mut message = json!({"role": "assistant", "content": self.session[i]["content"]});
+        let mut calls = self.session[i]["tool_calls"].as_array().cloned().unwrap_or_default();
+        let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
+        if !calls.is_empty() {
+            message["tool_calls"] = json!(calls);
+        }
+        self.stored += 1;
+        self.raw_bytes += message.to_string().len() as u64;
+        if asks_for_notes(&decorated["request"]) {
+            let notes = self.notes(&decorated["info"]);
+            self.note_calls += 1;
+            self.notes_written += notes.iter().filter(|n| n["note"] != "").count() as u64;
+            calls.push(json!({
+                "id": format!("note-{}-{}", self.memory, self.note_calls),
+                "type": "function",
+                "function": {"name": "note", "arguments": json!({"notes": notes}).to_string()},
+            }));
+            message["tool_calls"] = json!(calls);
+        }
+        self.next = i + 1;
+        let now = self.now + 1.0;
+        json!({
+            "memory": self.memory,
+            "now": now,
+            "response": {
+                "id": format!("{}-{}", self.memory, self.stored),
+                "object": "chat.completion",
+                "created": now as i64,
+                "model": MODEL,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            },
+        })
+    }
+
+    /// Up to `FACTS_PER_NOTE` facts: openings of user messages spread over the leaving turns.
+    fn notes(&self, info: &Value) -> Vec<Value> {
+        let mut leaving: Vec<(u64, &String)> = Vec::new();
+        for e in info["episodes"].as_array().into_iter().flatten() {
+            if e["state"] != "leaving" {
+                continue;
+            }
+            if let (Some(a), Some(b)) = (e["turns"][0].as_u64(), e["turns"][1].as_u64()) {
+                leaving.extend(self.openings.range(a..=b).map(|(t, s)| (*t, s)));
+            }
+        }
+        let step = leaving.len().div_ceil(FACTS_PER_NOTE).max(1);
+        let mut notes: Vec<Value> = leaving
+            .iter()
+            .step_by(step)
+            .filter(|(_, text)| !text.is_empty())
+            .map(|(turn, text)| {
+                json!({
+                    "note": format!("In turn {turn} the user said: {text}"),
+                    "subject": "user",
+                    "object": object_of(text),
+                    "milestone": false,
+                })
+            })
+            .collect();
+        if notes.is_empty() {
+            // "Nothing worth keeping" still acknowledges the leaving episodes.
+            notes.push(json!({"note": ""}));
+        }
+        notes
+    }
+}
+
+/// Whether decorate added the note tool (it does while episodes are leaving).
+pub fn asks_for_notes(request: &Value) -> bool {
+    request["tools"]
+        .as_array()
+        .is_some_and(|ts| ts.iter().any(|t| t["function"]["name"] == "note"))
+}
+
+/// A message's opening: its first line or sentence, at most 100 characters, without our tag.
+fn opening(text: &str) -> String {
+    let text = match text.strip_prefix('[') {
+        Some(rest) => rest.split_once("] ").map_or(text, |(_, t)| t),
+        None => text,
+    };
+    let end = text.find(['\n', '.', '?', '!']).unwrap_or(text.len());
+    text[..end].chars().take(100).collect::<String>().trim().to_owned()
+}
+
+/// The object of a note: the first word holding a digit (ids, dates, flight numbers), else a
+/// generic name.
+fn object_of(text: &str) -> String {
+    text.split_whitespace()
+        .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric() && c != '_'))
+        .find(|w| w.chars().any(|c| c.is_ascii_digit()))
+        .unwrap_or("the user's request")
+        .to_owned()
+}

@@ -1,0 +1,408 @@
+//! `recalld-bench load`: real agent traffic against a daemon started for the run, as C
+//! clients over N memories, and what it costs (issue 12, the load half).
+//!
+//! The phases, in order, on one daemon:
+//! 1. traffic: each client owns memories `c, c+C, …` and gives them turns in rotation, each
+//!    turn a `decorate` (the session's history so far) then a `report` (see `agent`), until
+//!    every memory holds `messages`; a sampler watches lane depth and RSS meanwhile;
+//! 2. drain: `quiet` per memory, so the lanes' work is done and counted before the end state;
+//! 3. end state: `stats` and the data dir's size;
+//! 4. floor: `ping` echoing a sample of the decorate requests themselves (same sizes and
+//!    shapes), by the same number of clients, on the now idle daemon;
+//! 5. cold start: the daemon stopped and started on the same data, timed to `hello` and to
+//!    the first `decorate` of an existing memory.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use recalld::client::{Client, ClientError};
+use recalld_protocol::{encode_request, Request};
+use serde_json::{json, Value};
+
+use crate::agent::Agent;
+use crate::daemon::Daemon;
+use crate::load_report::{ColdStart, Lanes, Latency, LoadReport, Storage};
+use crate::sampler::{self, Sampler};
+use crate::traces;
+
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    pub recalld: PathBuf,
+    pub traces: PathBuf,
+    pub clients: usize,
+    pub memories: usize,
+    /// Stored history messages per memory to reach.
+    pub messages: u64,
+    pub ceiling: u64,
+    /// Lines of the started daemon's `[engine]` section.
+    pub engine: Vec<String>,
+    pub poll: Duration,
+    /// How many decorate requests are kept to be echoed by `ping`.
+    pub floor_samples: usize,
+    pub drain_timeout: Duration,
+}
+
+impl LoadOptions {
+    pub fn to_json(&self) -> Value {
+        json!({
+            "recalld": self.recalld,
+            "traces": std::fs::canonicalize(&self.traces).unwrap_or_else(|_| self.traces.clone()),
+            "clients": self.clients,
+            "memories": self.memories, "messages": self.messages, "ceiling": self.ceiling,
+            "engine": self.engine, "poll_ms": self.poll.as_millis() as u64,
+            "floor_samples": self.floor_samples, "drain_timeout_s": self.drain_timeout.as_secs(),
+        })
+    }
+}
+
+/// What one client thread measured.
+#[derive(Default)]
+struct Measured {
+    decorate: Vec<f64>,
+    decorate_recall: Vec<f64>,
+    report: Vec<f64>,
+    recall: Vec<f64>,
+    bytes: Vec<usize>,
+    /// Decorate arguments kept for the ping floor.
+    kept: Vec<Value>,
+    errors: Vec<String>,
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
+fn encoded_len(op: &str, args: &Value) -> usize {
+    let args = args.as_object().cloned().unwrap_or_default();
+    encode_request(&Request {
+        id: 1,
+        op: op.into(),
+        args,
+    })
+    .len()
+}
+
+pub fn run(o: &LoadOptions, progress: &mut dyn FnMut(String)) -> Result<LoadReport, String> {
+    let started = Instant::now();
+    let traces = traces::load(&o.traces)?;
+    let memories = o.memories.max(1);
+    // A client without a memory of its own would measure nothing.
+    let clients = o.clients.clamp(1, memories);
+    let mut daemon = Daemon::start_logging(&o.recalld, &o.engine, "error")?;
+    let socket = daemon.socket.clone();
+    let server = connect(&socket)?
+        .call("hello", json!({"client": "recalld-bench load"}))
+        .map_err(|e| format!("hello: {e}"))?;
+    progress(format!(
+        "daemon {} started; {} traces; {clients} clients over {memories} memories to {} messages each at ceiling {}",
+        o.recalld.display(),
+        traces.len(),
+        o.messages,
+        o.ceiling
+    ));
+
+    let t0 = Instant::now();
+    let sampler = Sampler::start(socket.clone(), daemon.pid(), o.poll, t0)?;
+    // About half the messages are the model's, so a memory takes messages/2 calls.
+    let expected_pairs = (memories as u64 * o.messages / 2).max(1);
+    let keep_every = (expected_pairs / o.floor_samples.max(1) as u64).max(1) as usize;
+    let outcomes: Vec<Result<(Measured, Vec<Agent>), String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..clients)
+            .map(|c| {
+                let (socket, traces) = (&socket, &traces);
+                scope.spawn(move || {
+                    let agents = (c..memories)
+                        .step_by(clients)
+                        .map(|m| Agent::new(format!("load-{m}"), m, traces, o.ceiling))
+                        .collect();
+                    traffic(socket, agents, o.messages, keep_every)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a client panicked".into())))
+            .collect()
+    });
+    let traffic_s = t0.elapsed().as_secs_f64();
+    let mut all = Measured::default();
+    let mut agents = Vec::new();
+    for out in outcomes {
+        let (m, a) = out?;
+        all.decorate.extend(m.decorate);
+        all.decorate_recall.extend(m.decorate_recall);
+        all.report.extend(m.report);
+        all.recall.extend(m.recall);
+        all.bytes.extend(m.bytes);
+        all.kept.extend(m.kept);
+        all.errors.extend(m.errors);
+        agents.extend(a);
+    }
+    agents.sort_by_key(|a| a.memory.trim_start_matches("load-").parse::<usize>().unwrap_or(0));
+    let pairs = all.report.len() as u64;
+    progress(format!("traffic: {pairs} pairs in {traffic_s:.1} s"));
+
+    let mut admin = connect(&socket)?;
+    let depth_at_end = admin.call("stats", json!({})).map_err(|e| e.to_string())?["lanes"]["depth"]
+        .as_u64()
+        .unwrap_or(0);
+    let (drain_s, jobs_left, parked) = drain(&mut admin, &agents, o.drain_timeout)?;
+    progress(match jobs_left {
+        0 => format!("lanes drained in {drain_s:.1} s ({depth_at_end} jobs waiting at the end of traffic)"),
+        n => format!("lanes not drained in {drain_s:.1} s: {n} of {depth_at_end} jobs left"),
+    });
+    let samples = sampler.finish()?;
+
+    let stats = admin.call("stats", json!({})).map_err(|e| format!("stats: {e}"))?;
+    let storage = storage(&daemon.data_dir(), &stats, &agents);
+    let mut lane_stats = stats["lanes"].clone();
+    if let Some(l) = lane_stats.as_object_mut() {
+        l.remove("memories");
+    }
+
+    let (ping, ping_bytes) = floor(&socket, &all.kept, clients)?;
+    progress(format!("floor: {} pings", ping.n));
+
+    drop(admin);
+    let cold_start = cold_start(&mut daemon, &mut agents[0])?;
+    progress(format!(
+        "cold start: hello {:.0} ms, first decorate {:.0} ms",
+        cold_start.hello_ms, cold_start.first_decorate_ms
+    ));
+
+    let decorate = Latency::of(all.decorate.iter().chain(&all.decorate_recall).copied().collect());
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    let rss_max_kb = samples.iter().filter_map(|s| s.rss_kb).max();
+    Ok(LoadReport {
+        options: o.to_json(),
+        server,
+        traces: traces.len(),
+        clients,
+        memories,
+        traffic_s,
+        pairs,
+        pairs_per_s: pairs as f64 / traffic_s.max(1e-9),
+        ratio_p50: ratio(decorate.p50_ms, ping.p50_ms),
+        ratio_p99: ratio(decorate.p99_ms, ping.p99_ms),
+        decorate,
+        decorate_with_recall: Latency::of(all.decorate_recall),
+        report: Latency::of(all.report),
+        recall: Latency::of(all.recall),
+        decorate_request_bytes_mean: mean(&all.bytes),
+        decorate_request_bytes_max: all.bytes.iter().copied().max().unwrap_or(0),
+        ping,
+        ping_payload_bytes_mean: mean(&ping_bytes),
+        recall_embeddings_dropped: stats["recall_embeddings_dropped"].as_u64(),
+        note_asks: agents.iter().map(|a| a.note_calls).sum(),
+        notes_written: agents.iter().map(|a| a.notes_written).sum(),
+        errors: all.errors.len() as u64,
+        error_examples: all.errors.into_iter().take(5).collect(),
+        lanes: Lanes {
+            max_depth: samples.iter().map(|s| s.depth).max().unwrap_or(0).max(depth_at_end),
+            depth_at_end_of_traffic: depth_at_end,
+            drain_s,
+            jobs_left,
+            parked,
+            stats: lane_stats,
+            samples,
+        },
+        rss_max_kb,
+        storage,
+        cold_start,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn connect(socket: &Path) -> Result<Client, String> {
+    Client::connect(socket).map_err(|e| format!("cannot connect to {}: {e}", socket.display()))
+}
+
+fn mean(v: &[usize]) -> f64 {
+    v.iter().sum::<usize>() as f64 / v.len().max(1) as f64
+}
+
+/// One client's traffic: turns in rotation over its memories until each holds `messages`.
+fn traffic<'a>(
+    socket: &Path,
+    mut agents: Vec<Agent<'a>>,
+    messages: u64,
+    keep_every: usize,
+) -> Result<(Measured, Vec<Agent<'a>>), String> {
+    let mut client = connect(socket)?;
+    let mut m = Measured::default();
+    // Keeps every `keep_every`-th request, the first included.
+    let mut until_kept = 0usize;
+    while agents.iter().any(|a| a.stored < messages) {
+        for a in agents.iter_mut().filter(|a| a.stored < messages) {
+            let args = a.decorate_args();
+            m.bytes.push(encoded_len("decorate", &args));
+            if until_kept == 0 {
+                m.kept.push(args.clone());
+                until_kept = keep_every;
+            }
+            until_kept -= 1;
+            let t = Instant::now();
+            let decorated = match client.call("decorate", args) {
+                Ok(d) => d,
+                Err(e) => {
+                    note_error(&mut m, &a.memory, "decorate", e)?;
+                    a.abandon_session();
+                    continue;
+                }
+            };
+            let took = ms(t);
+            match decorated["info"]["recall"]["ms"]["total"].as_f64() {
+                Some(recall) => {
+                    m.decorate_recall.push(took);
+                    m.recall.push(recall);
+                }
+                None => m.decorate.push(took),
+            }
+            let args = a.report_args(&decorated);
+            let t = Instant::now();
+            match client.call("report", args) {
+                Ok(_) => m.report.push(ms(t)),
+                Err(e) => {
+                    note_error(&mut m, &a.memory, "report", e)?;
+                    a.abandon_session();
+                }
+            }
+        }
+    }
+    Ok((m, agents))
+}
+
+/// A refusal from the daemon is counted and the session left; a broken connection ends the run.
+fn note_error(m: &mut Measured, memory: &str, op: &str, e: ClientError) -> Result<(), String> {
+    match e {
+        ClientError::Server(_) => {
+            m.errors.push(format!("{memory} {op}: {e}"));
+            Ok(())
+        }
+        e => Err(format!("{memory} {op}: {e}")),
+    }
+}
+
+/// Waits until every memory's lane is empty; returns (seconds, jobs left, parked).
+fn drain(client: &mut Client, agents: &[Agent], timeout: Duration) -> Result<(f64, u64, u64), String> {
+    let t = Instant::now();
+    let (mut left, mut parked) = (0, 0);
+    for a in agents {
+        loop {
+            let remaining = timeout.saturating_sub(t.elapsed());
+            // The client gives up reading after 60 s: ask in slices shorter than that.
+            let slice = remaining.min(Duration::from_secs(50)).as_millis() as u64;
+            let r = client
+                .call("quiet", json!({"memory": a.memory, "timeout_ms": slice.max(1)}))
+                .map_err(|e| format!("quiet {}: {e}", a.memory))?;
+            let jobs = r["jobs"].as_u64().unwrap_or(0);
+            if jobs == 0 || remaining.is_zero() {
+                left += jobs;
+                parked += r["parked"].as_u64().unwrap_or(0);
+                break;
+            }
+        }
+    }
+    Ok((t.elapsed().as_secs_f64(), left, parked))
+}
+
+/// Bytes on disk per stored message, against the transcript's own bytes.
+fn storage(data: &Path, stats: &Value, agents: &[Agent]) -> Storage {
+    let (data_dir_bytes, data_dir_apparent_bytes) = du(data);
+    let (index_bytes, _) = du(&data.join("index"));
+    let messages_sent = agents.iter().map(|a| a.stored).sum::<u64>();
+    let raw = agents.iter().map(|a| a.raw_bytes).sum::<u64>();
+    let per = |b: u64| b as f64 / messages_sent.max(1) as f64;
+    Storage {
+        messages_sent,
+        messages_stored: stats["messages"].as_u64().unwrap_or(0),
+        facts: stats["facts"].as_u64().unwrap_or(0),
+        data_dir_bytes,
+        index_bytes,
+        data_dir_apparent_bytes,
+        store_bytes: stats["store_bytes"].as_u64().unwrap_or(0),
+        raw_transcript_bytes: raw,
+        bytes_per_message: per(data_dir_bytes),
+        raw_bytes_per_message: per(raw),
+    }
+}
+
+/// (allocated, apparent) bytes of the files under `dir`.
+fn du(dir: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = (0, 0);
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return total;
+    };
+    for e in entries.flatten() {
+        let Ok(meta) = e.metadata() else { continue };
+        if meta.is_dir() {
+            let (a, b) = du(&e.path());
+            total = (total.0 + a, total.1 + b);
+        } else {
+            total = (total.0 + meta.blocks() * 512, total.1 + meta.len());
+        }
+    }
+    total
+}
+
+/// One ping client's times (ms) and request sizes (bytes).
+type Pinged = Result<(Vec<f64>, Vec<usize>), String>;
+
+/// `ping` echoing the kept decorate requests, split over `clients` connections at once.
+fn floor(socket: &Path, kept: &[Value], clients: usize) -> Result<(Latency, Vec<usize>), String> {
+    let chunk = kept.len().div_ceil(clients).max(1);
+    let results: Vec<Pinged> = std::thread::scope(|scope| {
+        let handles: Vec<_> = kept
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    let mut client = connect(socket)?;
+                    let (mut times, mut bytes) = (Vec::new(), Vec::new());
+                    for args in part {
+                        let args = json!({"payload": args});
+                        bytes.push(encoded_len("ping", &args));
+                        let t = Instant::now();
+                        client.call("ping", args).map_err(|e| format!("ping: {e}"))?;
+                        times.push(ms(t));
+                    }
+                    Ok((times, bytes))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a ping client panicked".into())))
+            .collect()
+    });
+    let (mut times, mut bytes) = (Vec::new(), Vec::new());
+    for r in results {
+        let (t, b) = r?;
+        times.extend(t);
+        bytes.extend(b);
+    }
+    Ok((Latency::of(times), bytes))
+}
+
+/// Stops the daemon, starts a new one on the same data, and times it to `hello` and to the
+/// agent's next decorate (a memory the new daemon has never loaded).
+fn cold_start(daemon: &mut Daemon, agent: &mut Agent) -> Result<ColdStart, String> {
+    let spawned = daemon.restart()?;
+    daemon.wait_listening()?;
+    let mut client = connect(&daemon.socket)?;
+    client
+        .call("hello", json!({"client": "recalld-bench load"}))
+        .map_err(|e| format!("hello after restart: {e}"))?;
+    let hello_ms = ms(spawned);
+    let args = agent.decorate_args();
+    let first_decorate_bytes = encoded_len("decorate", &args);
+    client
+        .call("decorate", args)
+        .map_err(|e| format!("decorate after restart: {e}"))?;
+    Ok(ColdStart {
+        hello_ms,
+        first_decorate_ms: ms(spawned),
+        first_decorate_bytes,
+        rss_kb_after: sampler::rss_kb(daemon.pid()),
+    })
+}

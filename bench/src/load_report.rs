@@ -1,0 +1,267 @@
+//! What the load mode measured: the JSON it writes (`load.json`) and the Markdown table.
+
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::sampler::Sample;
+
+/// Latencies (or other times) of one kind, in ms.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Latency {
+    pub n: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    pub mean_ms: f64,
+}
+
+impl Latency {
+    pub fn of(mut ms: Vec<f64>) -> Latency {
+        if ms.is_empty() {
+            return Latency::default();
+        }
+        ms.sort_by(f64::total_cmp);
+        // Nearest rank: the value at or below which q of the calls fall.
+        let rank = |q: f64| ms[((q * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1];
+        Latency {
+            n: ms.len(),
+            p50_ms: rank(0.5),
+            p99_ms: rank(0.99),
+            max_ms: ms[ms.len() - 1],
+            mean_ms: ms.iter().sum::<f64>() / ms.len() as f64,
+        }
+    }
+
+    fn cell(&self) -> String {
+        if self.n == 0 {
+            return "– (none)".into();
+        }
+        format!(
+            "{:.2} / {:.2} (max {:.1}, n {})",
+            self.p50_ms, self.p99_ms, self.max_ms, self.n
+        )
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Lanes {
+    pub max_depth: u64,
+    /// Jobs waiting when the traffic stopped.
+    pub depth_at_end_of_traffic: u64,
+    /// Seconds from the end of the traffic until `quiet` said every memory's lane was empty.
+    pub drain_s: f64,
+    /// Jobs still queued (the drain timed out) and parked (failed 3 times) after the drain.
+    pub jobs_left: u64,
+    pub parked: u64,
+    /// `stats.lanes` after the drain (jobs run, units judged, …; per-memory list left out).
+    pub stats: Value,
+    pub samples: Vec<Sample>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Storage {
+    /// History messages the agents sent (user, assistant, tool), summed over memories.
+    pub messages_sent: u64,
+    /// `stats.messages`: what the daemon holds (note calls included).
+    pub messages_stored: u64,
+    pub facts: u64,
+    /// Blocks allocated under the data dir (LMDB and the indexes), and of it the indexes.
+    pub data_dir_bytes: u64,
+    pub index_bytes: u64,
+    /// Apparent size of the files (LMDB's file may be larger than what it has written).
+    pub data_dir_apparent_bytes: u64,
+    /// `stats.store_bytes`.
+    pub store_bytes: u64,
+    /// The sent messages' JSON text.
+    pub raw_transcript_bytes: u64,
+    pub bytes_per_message: f64,
+    pub raw_bytes_per_message: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ColdStart {
+    /// From spawning the daemon on the existing data until `hello` answered.
+    pub hello_ms: f64,
+    /// From spawning until the first `decorate` of an existing memory answered.
+    pub first_decorate_ms: f64,
+    pub first_decorate_bytes: usize,
+    pub rss_kb_after: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LoadReport {
+    pub options: Value,
+    pub server: Value,
+    pub traces: usize,
+    pub clients: usize,
+    pub memories: usize,
+    pub traffic_s: f64,
+    pub pairs: u64,
+    pub pairs_per_s: f64,
+    /// Every decorate; and apart, those that ran recall (embedding the new user message).
+    pub decorate: Latency,
+    pub decorate_with_recall: Latency,
+    pub report: Latency,
+    /// `info.recall.ms.total` of the decorates that ran recall (the daemon's own account).
+    pub recall: Latency,
+    /// `stats.recall_embeddings_dropped`: new user messages recalled by words only, because
+    /// their embedding was not ready within the recall deadline.
+    pub recall_embeddings_dropped: Option<u64>,
+    pub decorate_request_bytes_mean: f64,
+    pub decorate_request_bytes_max: usize,
+    /// `ping` echoing a sample of the decorate requests, same socket, same number of clients.
+    pub ping: Latency,
+    pub ping_payload_bytes_mean: f64,
+    /// decorate ÷ ping at p50 and p99.
+    pub ratio_p50: f64,
+    pub ratio_p99: f64,
+    pub note_asks: u64,
+    pub notes_written: u64,
+    pub errors: u64,
+    pub error_examples: Vec<String>,
+    pub lanes: Lanes,
+    pub rss_max_kb: Option<u64>,
+    pub storage: Storage,
+    pub cold_start: ColdStart,
+    pub seconds: f64,
+}
+
+impl LoadReport {
+    pub fn markdown(&self, command: &str) -> String {
+        let o = &self.options;
+        let mut md = format!(
+            "Load on real agent traffic (`{}`, {} traces as sessions), recalld {}: {} clients over {} \
+             memories, {} stored messages per memory, ceiling {}, history resent in full each call, \
+             a simulated model answering note asks. Times in ms, p50 / p99.\n\n```sh\n{command}\n```\n\n",
+            Path::new(o["traces"].as_str().unwrap_or("?"))
+                .file_name()
+                .and_then(|f| f.to_str())
+                .unwrap_or("?"),
+            self.traces,
+            self.server["server_version"].as_str().unwrap_or("?"),
+            self.clients,
+            self.memories,
+            o["messages"],
+            o["ceiling"],
+        );
+        let s = &self.storage;
+        let l = &self.lanes;
+        let mb = |kb: Option<u64>| kb.map_or("?".into(), |k| format!("{:.0} MB", k as f64 / 1024.0));
+        let rows: Vec<(String, String)> = vec![
+            (
+                "decorate+report pairs".into(),
+                format!(
+                    "{} in {:.1} s: **{:.0} pairs/s**",
+                    self.pairs, self.traffic_s, self.pairs_per_s
+                ),
+            ),
+            ("decorate (all)".into(), self.decorate.cell()),
+            ("decorate that ran recall".into(), self.decorate_with_recall.cell()),
+            ("recall (`info.recall.ms.total`)".into(), self.recall.cell()),
+            (
+                "recall embeddings late (words only)".into(),
+                self.recall_embeddings_dropped.map_or("–".into(), |n| n.to_string()),
+            ),
+            ("report".into(), self.report.cell()),
+            (
+                "decorate request size".into(),
+                format!(
+                    "mean {:.1} KB, max {:.1} KB",
+                    self.decorate_request_bytes_mean / 1024.0,
+                    self.decorate_request_bytes_max as f64 / 1024.0
+                ),
+            ),
+            (
+                "ping floor (same payloads)".into(),
+                format!(
+                    "{} (mean {:.1} KB)",
+                    self.ping.cell(),
+                    self.ping_payload_bytes_mean / 1024.0
+                ),
+            ),
+            (
+                "decorate ÷ ping".into(),
+                format!("**{:.1}× at p50, {:.1}× at p99**", self.ratio_p50, self.ratio_p99),
+            ),
+            (
+                "note asks answered · notes written".into(),
+                format!("{} · {}", self.note_asks, self.notes_written),
+            ),
+            ("errors".into(), self.errors.to_string()),
+            (
+                "lane depth".into(),
+                format!(
+                    "max {}, {} at end of traffic; over time: {}",
+                    l.max_depth,
+                    l.depth_at_end_of_traffic,
+                    depth_series(&l.samples, 8)
+                ),
+            ),
+            (
+                "lanes drained (`quiet` per memory)".into(),
+                if l.jobs_left == 0 {
+                    format!("in {:.1} s; {} parked", l.drain_s, l.parked)
+                } else {
+                    format!(
+                        "**not within {:.0} s**: {} jobs left (`--drain-timeout`), {} parked; the \
+                         end state below and the ping floor were measured with the lanes still busy",
+                        l.drain_s, l.jobs_left, l.parked
+                    )
+                },
+            ),
+            ("daemon RSS (max over the run)".into(), mb(self.rss_max_kb)),
+            (
+                "stored messages · facts".into(),
+                format!(
+                    "{} sent, {} held by the daemon · {}",
+                    s.messages_sent, s.messages_stored, s.facts
+                ),
+            ),
+            (
+                "bytes on disk per message".into(),
+                format!(
+                    "{:.0} B (data dir {:.1} MB, of it indexes {:.1} MB) vs raw transcript {:.0} B",
+                    s.bytes_per_message,
+                    s.data_dir_bytes as f64 / 1e6,
+                    s.index_bytes as f64 / 1e6,
+                    s.raw_bytes_per_message
+                ),
+            ),
+            (
+                "cold start on that data".into(),
+                format!(
+                    "hello {:.0} ms, first decorate of an existing memory {:.0} ms (RSS then {})",
+                    self.cold_start.hello_ms,
+                    self.cold_start.first_decorate_ms,
+                    mb(self.cold_start.rss_kb_after)
+                ),
+            ),
+        ];
+        md.push_str("| measure | value |\n|---|---|\n");
+        for (k, v) in rows {
+            md.push_str(&format!("| {k} | {v} |\n"));
+        }
+        md
+    }
+}
+
+/// About `n` samples spread over the run, as `t s: depth`.
+fn depth_series(samples: &[Sample], n: usize) -> String {
+    if samples.is_empty() {
+        return "–".into();
+    }
+    let step = samples.len().div_ceil(n).max(1);
+    let mut picked: Vec<&Sample> = samples.iter().step_by(step).collect();
+    if let Some(last) = samples.last() {
+        if !std::ptr::eq(*picked.last().unwrap_or(&last), last) {
+            picked.push(last);
+        }
+    }
+    picked
+        .iter()
+        .map(|s| format!("{:.0}s {}", s.t_s, s.depth))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,88 @@
+//! The load mode on a tiny setting through the debug daemon (`$RECALLD_BIN`, else
+//! `target/debug/recalld`): two hand-made agent traces with tool calls, 2 clients, 2 memories,
+//! a few dozen messages, a ceiling small enough that episodes fade and note asks are answered.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use recalld_bench::load::{self, LoadOptions};
+use serde_json::{json, Value};
+
+fn recalld_bin() -> PathBuf {
+    match std::env::var_os("RECALLD_BIN") {
+        Some(b) if !b.is_empty() => PathBuf::from(b),
+        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/recalld"),
+    }
+}
+
+/// A trace in the file's shape: a user asks about a booking, the agent looks it up with a tool.
+fn trace(id: &str, who: &str, turns: usize) -> Value {
+    let mut messages = vec![json!({"role": "system", "content": "You are an airline agent. Be brief."})];
+    for t in 0..turns {
+        let call = format!("call_{t}");
+        messages.push(json!({"role": "user", "content": format!("I am {who}; what is the status of reservation R{t}X{}? Thanks.", t * 7)}));
+        messages.push(
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": call, "type": "function",
+            "function": {"name": "get_reservation", "arguments": format!("{{\"id\":\"R{t}X\"}}")}}]}),
+        );
+        messages.push(json!({"role": "tool", "tool_call_id": call, "content": format!("{{\"id\":\"R{t}X\",\"status\":\"confirmed\",\"flight\":\"HAT{}\",\"seat\":\"{}A\"}}", 100 + t, t + 1)}));
+        messages.push(json!({"role": "assistant", "content": format!("Reservation R{t}X is confirmed on flight HAT{}, seat {}A.", 100 + t, t + 1)}));
+    }
+    json!({"id": id, "source": "test", "messages": messages, "tools": [{"type": "function", "function": {
+        "name": "get_reservation", "description": "Look up a reservation.",
+        "parameters": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}}}]})
+}
+
+#[test]
+fn a_tiny_load_run_reports_sane_figures() {
+    let bin = recalld_bin();
+    assert!(
+        bin.exists(),
+        "{} missing: run `cargo build -p recalld` first",
+        bin.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("traces.jsonl");
+    let lines = [trace("a", "Ann Lee", 4), trace("b", "Bo Chen", 3)]
+        .map(|t| t.to_string())
+        .join("\n");
+    std::fs::write(&traces, lines).unwrap();
+    let o = LoadOptions {
+        recalld: bin,
+        traces,
+        clients: 2,
+        memories: 2,
+        messages: 30,
+        ceiling: 600,
+        engine: Vec::new(),
+        poll: Duration::from_millis(100),
+        floor_samples: 20,
+        // The debug daemon judges slowly: what is left after 2 s is reported, not waited for.
+        drain_timeout: Duration::from_secs(2),
+    };
+    let r = load::run(&o, &mut |line| eprintln!("{line}")).unwrap();
+    eprintln!("{}", r.markdown("(test)"));
+    assert_eq!(r.errors, 0, "{:?}", r.error_examples);
+    assert_eq!((r.clients, r.memories), (2, 2));
+    assert!(r.pairs > 0 && r.pairs_per_s > 0.0);
+    assert_eq!(r.decorate.n as u64, r.pairs);
+    assert_eq!(r.report.n as u64, r.pairs);
+    for l in [&r.decorate, &r.report, &r.ping] {
+        assert!(
+            l.n > 0 && l.p50_ms > 0.0 && l.p99_ms >= l.p50_ms && l.max_ms >= l.p99_ms,
+            "{l:?}"
+        );
+    }
+    assert!(r.ratio_p50 > 0.0 && r.ratio_p99 > 0.0, "decorate ÷ ping present");
+    // Two memories of at least 30 messages each, as the agents count them and as stored.
+    assert!(r.storage.messages_sent >= 60, "{:?}", r.storage);
+    assert!(r.storage.messages_stored >= r.storage.messages_sent);
+    assert!(r.storage.data_dir_bytes > 0 && r.storage.bytes_per_message > 0.0);
+    assert!(r.storage.raw_bytes_per_message > 0.0);
+    assert!(r.note_asks > 0, "a 600-token ceiling makes episodes leave");
+    assert!(!r.lanes.samples.is_empty());
+    assert!(r.rss_max_kb.is_some_and(|kb| kb > 0));
+    assert!(r.cold_start.hello_ms > 0.0 && r.cold_start.first_decorate_ms >= r.cold_start.hello_ms);
+    let md = r.markdown("recalld-bench load --clients 2");
+    assert!(md.contains("recalld-bench load --clients 2") && md.contains("decorate ÷ ping"));
+}
