@@ -90,7 +90,7 @@ fn quiet_over_the_socket() {
     assert!(hello["capabilities"].as_array().unwrap().iter().any(|v| v == "quiet"));
     assert_eq!(c.quiet("nothing-here", 1_000).unwrap(), 0);
     let ok = c.call("quiet", json!({"memory": "m"})).unwrap();
-    assert_eq!(ok, json!({"jobs": 0}));
+    assert_eq!(ok, json!({"jobs": 0, "parked": 0}));
     assert_eq!(code(c.call("quiet", json!({"memory": ""}))), "invalid_argument");
     assert_eq!(
         code(c.call("quiet", json!({"memory": "m", "timeout_ms": -1}))),

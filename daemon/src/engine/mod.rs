@@ -401,7 +401,8 @@ impl Engine {
         // fade settles it. A message nothing relevant answers ("thanks!") gets only what is free.
         let mut recall_limit = None;
         if let (Some(q), Some(seq)) = (&query, new_user_seq) {
-            let reserve = ((measure.budget.history as f64 * self.config.recall_share.clamp(0.0, 1.0)) as u64).min(self.config.recall_tokens);
+            let share = self.config.recall_share.clamp(0.0, 1.0);
+            let reserve = ((measure.budget.history as f64 * share) as u64).min(self.config.recall_tokens);
             let free = measure
                 .budget
                 .history
