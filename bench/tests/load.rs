@@ -2,18 +2,13 @@
 //! `target/debug/recalld`): two hand-made agent traces with tool calls, 2 clients, 2 memories,
 //! a few dozen messages, a ceiling small enough that episodes fade and note asks are answered.
 
-use std::path::PathBuf;
+mod common;
+
 use std::time::Duration;
 
 use recalld_bench::load::{self, LoadOptions};
 use serde_json::{json, Value};
 
-fn recalld_bin() -> PathBuf {
-    match std::env::var_os("RECALLD_BIN") {
-        Some(b) if !b.is_empty() => PathBuf::from(b),
-        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/recalld"),
-    }
-}
 
 /// A trace in the file's shape: a user asks about a booking, the agent looks it up with a tool.
 fn trace(id: &str, who: &str, turns: usize) -> Value {
@@ -35,12 +30,7 @@ fn trace(id: &str, who: &str, turns: usize) -> Value {
 
 #[test]
 fn a_tiny_load_run_reports_sane_figures() {
-    let bin = recalld_bin();
-    assert!(
-        bin.exists(),
-        "{} missing: run `cargo build -p recalld` first",
-        bin.display()
-    );
+    let bin = common::recalld_bin();
     let dir = tempfile::tempdir().unwrap();
     let traces = dir.path().join("traces.jsonl");
     let lines = [trace("a", "Ann Lee", 4), trace("b", "Bo Chen", 3)]

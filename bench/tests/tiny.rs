@@ -2,6 +2,8 @@
 //! fact; malformed and unknown evidence ids; baselines at a given token count; and one replay
 //! through a real daemon (`$RECALLD_BIN`, else `target/debug/recalld`: `cargo build -p recalld`).
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -168,21 +170,10 @@ fn baselines_get_recallds_token_count_and_are_scored_alike() {
     assert_eq!(table.count("recalld", 0), 1);
 }
 
-fn recalld_bin() -> PathBuf {
-    match std::env::var_os("RECALLD_BIN") {
-        Some(b) if !b.is_empty() => PathBuf::from(b),
-        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/recalld"),
-    }
-}
 
 #[test]
 fn a_replay_through_the_daemon_holds_everything_at_200k_and_repeats_exactly() {
-    let bin = recalld_bin();
-    assert!(
-        bin.exists(),
-        "{} missing: run `cargo build -p recalld` first",
-        bin.display()
-    );
+    let bin = common::recalld_bin();
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("s.sock");
     let child = std::process::Command::new(&bin)
