@@ -228,6 +228,12 @@ fn a_job_that_fails_three_times_is_parked_and_the_memory_goes_on() {
     assert_eq!(stats["lanes"]["failures"], 3);
     assert_eq!(stats["lanes"]["parked"], 1, "still shown until dealt with");
     assert_eq!(stats["lanes"]["depth"], 0);
+    // Per kind, every run is counted and timed, failed ones too.
+    let by_kind = &stats["lanes"]["by_kind"];
+    assert_eq!(by_kind["graph"]["runs"], 3, "{by_kind}");
+    assert_eq!(by_kind["score_facts"]["runs"], 1, "{by_kind}");
+    assert_eq!(by_kind["score_units"]["runs"], 1, "{by_kind}");
+    assert!(by_kind["graph"]["seconds"].as_f64().unwrap() > 0.0, "{by_kind}");
 
     // Nothing was dropped: every message, the fact (unplaced: its graph job is parked), the
     // units' scores, and the parked job with its error are all in the export.

@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::cut::{self, truncate, UnitBatch, CONTEXT_UNITS, UNIT_TEXT_CHARS};
-use super::records::{EpisodeState, Fact, JobKind, Passage, TraceKind, UnitScore, VectorKind, VectorRecord};
+use super::records::{EpisodeState, Fact, Job, JobKind, Passage, TraceKind, UnitScore, VectorKind, VectorRecord};
 use super::state::{self, State};
 use super::{distill, graph, indexing, Engine, EngineError};
 use crate::store::{keys, Table};
@@ -26,6 +26,9 @@ pub(super) struct LaneCounters {
     facts_placed: AtomicU64,
     failures: AtomicU64,
     judge_micros: AtomicU64,
+    /// Per job kind: runs and wall time (judging and applying), so a slow lane says which work
+    /// it is slow at.
+    by_kind: std::sync::Mutex<std::collections::BTreeMap<&'static str, (u64, u64)>>,
 }
 
 impl LaneCounters {
@@ -37,7 +40,21 @@ impl LaneCounters {
             "facts_placed": self.facts_placed.load(Ordering::Relaxed),
             "failures": self.failures.load(Ordering::Relaxed),
             "judge_seconds": self.judge_micros.load(Ordering::Relaxed) as f64 / 1e6,
+            "by_kind": self
+                .by_kind
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|(k, (runs, micros))| (k.to_string(), serde_json::json!({"runs": runs, "seconds": *micros as f64 / 1e6})))
+                .collect::<serde_json::Map<_, _>>(),
         })
+    }
+
+    fn record(&self, kind: &'static str, micros: u64) {
+        let mut by_kind = self.by_kind.lock().unwrap_or_else(|e| e.into_inner());
+        let e = by_kind.entry(kind).or_default();
+        e.0 += 1;
+        e.1 += micros;
     }
 }
 
@@ -91,6 +108,14 @@ impl Engine {
         let Some(job) = self.store.read(|r| state::oldest_job(r, memory))? else {
             return Ok(false);
         };
+        let started = std::time::Instant::now();
+        let kind = job.job.name();
+        let ran = self.run_job(memory, job);
+        self.lane_counters.record(kind, started.elapsed().as_micros() as u64);
+        ran
+    }
+
+    fn run_job(&self, memory: &str, job: Job) -> Result<bool, EngineError> {
         let snapshot = self.peek(memory, |st| self.snapshot(st, &job.job))?;
         let started = std::time::Instant::now();
         let judged = self.judge_snapshot(memory, snapshot);

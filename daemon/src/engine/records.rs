@@ -484,6 +484,19 @@ pub struct Job {
 pub const PARK_AFTER: u32 = 3;
 
 impl JobKind {
+    /// The kind's name, as the wire and `stats` write it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            JobKind::ScoreFacts { .. } => "score_facts",
+            JobKind::Cut => "cut",
+            JobKind::ScoreUnits => "score_units",
+            JobKind::Graph { .. } => "graph",
+            JobKind::Reembed => "reembed",
+            JobKind::Index => "index",
+            JobKind::Distill { .. } => "distill",
+        }
+    }
+
     /// A job of this kind does all its kind's work when it runs (it reads the state then), so
     /// a second one queued behind it would find nothing left.
     pub fn coalesces(&self) -> Option<&'static str> {

@@ -458,7 +458,7 @@ pub fn lane_depths(r: &Reader<'_>, memory: Option<&str>) -> Result<Vec<LaneDepth
         if job.parked() {
             lane.parked.push(ParkedJob {
                 n: job.n,
-                kind: serde_json::to_value(&job.job).ok().and_then(|v| v["kind"].as_str().map(str::to_owned)).unwrap_or_default(),
+                kind: job.job.name().to_owned(),
                 attempts: job.attempts,
                 error: job.error.clone(),
             });
