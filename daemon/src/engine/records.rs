@@ -514,3 +514,24 @@ impl Job {
         self.attempts >= PARK_AFTER
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_kind_names_are_the_wire_tags() {
+        let kinds = [
+            JobKind::ScoreFacts { facts: vec![] },
+            JobKind::Cut,
+            JobKind::ScoreUnits,
+            JobKind::Graph { facts: vec![] },
+            JobKind::Reembed,
+            JobKind::Index,
+            JobKind::Distill { seq: 0 },
+        ];
+        for k in kinds {
+            assert_eq!(serde_json::to_value(&k).unwrap()["kind"], k.name());
+        }
+    }
+}
