@@ -9,7 +9,7 @@ use std::process::Command;
 use convo::Convo;
 use recalld::store::{Store, StoreOptions};
 use serde_json::{json, Value};
-use util::{bin, code, Daemon};
+use util::{bin, code, indexed_ids, Daemon};
 
 fn cli(args: &[&str]) -> (bool, Value, String) {
     let out = Command::new(bin()).args(args).env_remove("RECALLD_CONFIG").output().unwrap();
@@ -172,26 +172,6 @@ fn garden(c: &mut recalld::client::Client, memory: &str, turns: u64) -> Vec<Valu
         history.push(json!({"role": "assistant", "content": answer}));
     }
     history
-}
-
-/// The ids a memory's indexes should hold by its export (fact n is 2n, passage n is 2n + 1).
-fn indexed_ids(export: &Value) -> Vec<u64> {
-    let mut ids: Vec<u64> = export["facts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["note"].as_str().is_some_and(|n| !n.is_empty()))
-        .map(|f| 2 * f["n"].as_u64().unwrap())
-        .chain(
-            export["passages"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|p| 2 * p["n"].as_u64().unwrap() + 1),
-        )
-        .collect();
-    ids.sort_unstable();
-    ids
 }
 
 /// What the word and vector indexes under `root` hold for `memory`, and the word index's hits

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use convo::Convo;
 use recalld::client::{Client, ClientError};
 use serde_json::{json, Value};
-use util::Daemon;
+use util::{indexed_ids, Daemon};
 
 const CLIENTS: usize = 3;
 const MEMORIES_PER_CLIENT: usize = 2;
@@ -156,15 +156,7 @@ fn check_indexes(root: &std::path::Path, exports: &BTreeMap<String, Value>) {
         // The daemon's id is qualified by the caller's namespace ("u<uid>/").
         let name = id.split_once('/').map_or(id.as_str(), |(_, n)| n);
         let export = &exports[name];
-        let mut want: Vec<u64> = export["facts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|f| f["note"].as_str().is_some_and(|n| !n.is_empty()))
-            .map(|f| 2 * f["n"].as_u64().unwrap())
-            .chain(export["passages"].as_array().unwrap().iter().map(|p| 2 * p["n"].as_u64().unwrap() + 1))
-            .collect();
-        want.sort_unstable();
+        let want = indexed_ids(export);
         let mut held = words.ids(&id).unwrap();
         held.sort_unstable();
         assert_eq!(held, want, "{name}: the word index holds what the store does");

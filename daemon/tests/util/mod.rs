@@ -128,3 +128,23 @@ pub fn code(result: Result<Value, recalld::client::ClientError>) -> String {
         Err(e) => e.code().unwrap_or("no-code").to_string(),
     }
 }
+
+/// The ids a memory's indexes should hold by its export (fact n is 2n, passage n is 2n + 1).
+pub fn indexed_ids(export: &Value) -> Vec<u64> {
+    let mut ids: Vec<u64> = export["facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["note"].as_str().is_some_and(|n| !n.is_empty()))
+        .map(|f| 2 * f["n"].as_u64().unwrap())
+        .chain(
+            export["passages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| 2 * p["n"].as_u64().unwrap() + 1),
+        )
+        .collect();
+    ids.sort_unstable();
+    ids
+}
