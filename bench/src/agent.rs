@@ -3,8 +3,8 @@
 //! would (`history: "full"`, the daemon aligns it), and a simulated model answers with the
 //! trace's next assistant message.
 //!
-//! The model answers note asks, openly by rule: when the decorated request carries the `note`
-//! tool, the reply also holds a note call with up to three facts, each the opening words of a
+//! The model answers note asks, openly by rule: when decorate's `info.note_ask` says so, the
+//! reply also holds a note call with up to three facts, each the opening words of a
 //! user message of the leaving episodes' turns (as remembered by the agent), spread over them.
 //! So episodes seal and fade as in real use. Time is simulated: `turn_gap_s` between calls,
 //! `session_gap_s` between sessions.
@@ -144,7 +144,7 @@ impl<'a> Agent<'a> {
         }
         self.stored += 1;
         self.raw_bytes += message.to_string().len() as u64;
-        if asks_for_notes(&decorated["request"]) {
+        if decorated["info"]["note_ask"].as_bool().unwrap_or(false) {
             let notes = self.notes(&decorated["info"]);
             self.note_calls += 1;
             self.notes_written += notes.iter().filter(|n| n["note"] != "").count() as u64;
@@ -172,15 +172,10 @@ impl<'a> Agent<'a> {
 
     /// Up to `FACTS_PER_NOTE` facts: openings of user messages spread over the leaving turns.
     fn notes(&self, info: &Value) -> Vec<Value> {
-        let mut leaving: Vec<(u64, &String)> = Vec::new();
-        for e in info["episodes"].as_array().into_iter().flatten() {
-            if e["state"] != "leaving" {
-                continue;
-            }
-            if let (Some(a), Some(b)) = (e["turns"][0].as_u64(), e["turns"][1].as_u64()) {
-                leaving.extend(self.openings.range(a..=b).map(|(t, s)| (*t, s)));
-            }
-        }
+        let leaving: Vec<(u64, &String)> = crate::replay::leaving_turns(info)
+            .into_iter()
+            .flat_map(|(a, b)| self.openings.range(a..=b).map(|(t, s)| (*t, s)))
+            .collect();
         let step = leaving.len().div_ceil(FACTS_PER_NOTE).max(1);
         let mut notes: Vec<Value> = leaving
             .iter()
@@ -201,13 +196,6 @@ impl<'a> Agent<'a> {
         }
         notes
     }
-}
-
-/// Whether decorate added the note tool (it does while episodes are leaving).
-pub fn asks_for_notes(request: &Value) -> bool {
-    request["tools"]
-        .as_array()
-        .is_some_and(|ts| ts.iter().any(|t| t["function"]["name"] == "note"))
 }
 
 /// A message's opening: its first line or sentence, at most 100 characters, without our tag.

@@ -134,17 +134,7 @@ impl<'a> Run<'a> {
         if !info.get("note_ask").and_then(Value::as_bool).unwrap_or(false) {
             return None;
         }
-        let ranges: Vec<(u64, u64)> = info
-            .get("episodes")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter(|e| e.get("state").and_then(Value::as_str) == Some("leaving"))
-            .filter_map(|e| {
-                let t = e.get("turns")?.as_array()?;
-                Some((t.first()?.as_u64()?, t.get(1)?.as_u64()?))
-            })
-            .collect();
+        let ranges = leaving_turns(info);
         let leaving = |dia: &str| {
             self.turn_of
                 .get(dia)
@@ -227,6 +217,21 @@ fn object_of(o: &Observation) -> String {
 
 /// Replays `conv` into `memory`, then asks its questions (dry runs). `progress` gets a line
 /// per session.
+/// The turn ranges (first, last) of the episodes a decorate's `info` says are leaving: what a
+/// note ask asks the model to note.
+pub fn leaving_turns(info: &Value) -> Vec<(u64, u64)> {
+    info.get("episodes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|e| e.get("state").and_then(Value::as_str) == Some("leaving"))
+        .filter_map(|e| {
+            let t = e.get("turns")?.as_array()?;
+            Some((t.first()?.as_u64()?, t.get(1)?.as_u64()?))
+        })
+        .collect()
+}
+
 pub fn replay(
     client: &mut Client,
     conv: &Conversation,
