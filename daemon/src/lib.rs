@@ -70,6 +70,7 @@ pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>
     );
     server::notify_ready();
     let lanes = lanes::Lanes::start(engine.clone(), settings.engine.lane_workers, settings.engine.lane_model_threads);
+    let timer = tokio::spawn(scopes_timer(engine.clone()));
     let mut state = server::AppState::new(engine, &settings);
     state.namespaces = namespaces;
     let state = Arc::new(state);
@@ -84,10 +85,39 @@ pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>
             serving.await;
         }
     }
+    timer.abort();
     lanes.stop();
     store.sync()?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The scopes' clock: memories quiet for `quiet_minutes` hand their facts to their agents'
+/// scopes, and agents not swept for `sweep_hours` are swept. Ticks every minute (sooner when
+/// the quiet time is shorter).
+async fn scopes_timer(engine: Arc<engine::Engine>) {
+    let quiet = engine.config().scopes.quiet_minutes * 60.0;
+    let tick = std::time::Duration::from_secs_f64((quiet / 2.0).clamp(0.5, 60.0));
+    loop {
+        tokio::time::sleep(tick).await;
+        let e = engine.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0);
+            if let Err(err) = e.queue_quiet_handoffs(now) {
+                tracing::warn!(error = %err, "cannot queue the handoffs of quiet memories");
+            }
+            if let Err(err) = e.sweep_due(now) {
+                tracing::warn!(error = %err, "sweep failed");
+            }
+        })
+        .await;
+        if done.is_err() {
+            tracing::error!("the scopes timer's work panicked");
+        }
+    }
 }
 
 /// Keeps the embedding model's identity (name, dimension) with the data. Returns true when it

@@ -19,6 +19,16 @@ pub const OPS: &[&str] = &[
     "metrics",
     "import",
     "quiet",
+    "end",
+    "agent",
+    "list_memories",
+    "search_memories",
+    "observe_memory",
+    "delete_memory",
+    "restore",
+    "consolidate",
+    "sweep",
+    "audit",
 ];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -155,4 +165,61 @@ pub struct QuietArgs {
 
 fn quiet_timeout_ms() -> u64 {
     10_000
+}
+
+/// `end`: the conversation is over; its facts go to its agent's scope.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndArgs {
+    pub memory: String,
+    #[serde(default)]
+    pub now: Option<f64>,
+}
+
+/// `agent`: an agent's memory settings; absent fields are left as they are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentArgs {
+    pub agent: String,
+    /// off, conversational, knowledge_worker or compliance.
+    #[serde(default)]
+    pub policy: Option<String>,
+    /// private or shared.
+    #[serde(default)]
+    pub sharing: Option<String>,
+    /// Days episodic facts are kept, when shorter than the policy's.
+    #[serde(default)]
+    pub retention_days: Option<f64>,
+    /// report or live.
+    #[serde(default)]
+    pub sweep: Option<String>,
+    #[serde(default)]
+    pub now: Option<f64>,
+}
+
+/// The scope ops' common arguments: the agent, the caller's user, and the op's own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScopeArgs {
+    pub agent: String,
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub now: Option<f64>,
+    /// A scope fact's number (observe_memory, delete_memory, restore).
+    #[serde(default)]
+    pub id: Option<u64>,
+    /// search_memories' text.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// list_memories' filters: tier (episodic, semantic), kind, status (active, archived,
+    /// replaced, all).
+    #[serde(default)]
+    pub tier: Option<String>,
+    #[serde(default)]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub status: Option<String>,
+    #[serde(default)]
+    pub limit: Option<u64>,
+    /// audit: entries at or after this time.
+    #[serde(default)]
+    pub since: Option<f64>,
 }

@@ -192,7 +192,12 @@ impl Engine {
             for m in &view {
                 // A recall block stays just before the user message it was made for.
                 if let Some(b) = st.recalls.get(&m.seq).filter(|b| block_shown(st, b)) {
-                    messages.push(Message::new(format, role, b.text.clone()));
+                    if !b.text.is_empty() {
+                        messages.push(Message::new(format, role, b.text.clone()));
+                    }
+                    if let Some(a) = b.across.as_ref().filter(|a| !a.text.is_empty()) {
+                        messages.push(Message::new(format, role, a.text.clone()));
+                    }
                 }
                 messages.extend(m.message.to_format(format));
             }
@@ -218,7 +223,7 @@ impl Engine {
 /// distilled it: an old block waiting for that would take the room the new message's recall
 /// needs (a user message left without a reply leaves its block undistilled until the next one).
 fn block_shown(st: &State, b: &RecallBlock) -> bool {
-    !b.text.is_empty() && (b.distilled || b.turn == st.memory.turn)
+    (!b.text.is_empty() || b.across.as_ref().is_some_and(|a| !a.text.is_empty())) && (b.distilled || b.turn == st.memory.turn)
 }
 
 pub(super) struct Measure {

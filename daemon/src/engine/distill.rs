@@ -2,7 +2,8 @@
 //! reported, else at the next user message): the judge reads the block's items against the
 //! conversation that followed and keeps those that mattered and were not already said; the
 //! block is rewritten to the best few kept facts (or emptied) once, and from then on never
-//! changes, so the provider's cached prefix holds.
+//! changes, so the provider's cached prefix holds. The block's cross-memory section (facts of
+//! other conversations) loses its text then (it served its turn) and keeps its items.
 
 use super::records::{Passage, RecallBlock};
 use super::recall::render_parts;
@@ -25,7 +26,11 @@ pub(super) struct Snapshot {
 /// The block before user message `seq`, its items' texts and the conversation from that
 /// message on; None when there is no block to distill.
 pub(super) fn snapshot(st: &State, store: &Store, seq: u64) -> Option<Snapshot> {
-    let block = st.recalls.get(&seq).filter(|b| !b.distilled && !b.items.is_empty())?;
+    // A block holding only the cross-memory section is "distilled" too: to nothing.
+    let block = st
+        .recalls
+        .get(&seq)
+        .filter(|b| !b.distilled && (!b.items.is_empty() || b.across.as_ref().is_some_and(|a| !a.text.is_empty())))?;
     let items = block
         .items
         .iter()
@@ -56,6 +61,9 @@ pub(super) fn snapshot(st: &State, store: &Store, seq: u64) -> Option<Snapshot> 
 impl Snapshot {
     /// Runs the judge (no lock held): the indices of the items to keep.
     pub(super) fn judge(&self, judge: &dyn Judge, memory: &str) -> Result<Vec<usize>, ModelError> {
+        if self.items.is_empty() {
+            return Ok(Vec::new());
+        }
         let refs: Vec<&str> = self.items.iter().map(String::as_str).collect();
         judge.distill(&CallCtx::new(memory), &refs, &self.conversation)
     }
@@ -99,6 +107,13 @@ pub(super) fn apply(st: &mut State, store: &Store, seq: u64, keep: &[usize]) {
         tokens: size,
         items,
         distilled: true,
+        // The cross-memory section served its turn: its text goes, the record of what it
+        // showed stays (the handoff checks whether the conversation used it).
+        across: block.across.clone().map(|a| super::scopes::AcrossSection {
+            text: String::new(),
+            tokens: 0,
+            ..a
+        }),
         ..block.clone()
     };
     if st.messages.iter().any(|m| m.seq == seq) {

@@ -116,6 +116,10 @@ impl Engine {
     }
 
     fn run_job(&self, memory: &str, job: Job) -> Result<bool, EngineError> {
+        if job.job == JobKind::Handoff {
+            // It writes the agent's scope as well as the memory: its own snapshot and apply.
+            return self.run_handoff(memory, &job);
+        }
         let snapshot = self.peek(memory, |st| self.snapshot(st, &job.job))?;
         let started = std::time::Instant::now();
         let judged = self.judge_snapshot(memory, snapshot);
@@ -246,6 +250,7 @@ impl Engine {
             JobKind::Distill { seq } => {
                 distill::snapshot(st, &self.store, *seq).map_or(Snapshot::Nothing, Snapshot::Distill)
             }
+            JobKind::Handoff => Snapshot::Nothing,
         }
     }
 

@@ -25,6 +25,7 @@ mod quiet;
 mod recall;
 pub mod records;
 mod retry;
+pub mod scopes;
 mod state;
 mod tokens;
 mod units;
@@ -90,6 +91,8 @@ pub struct EngineConfig {
     /// A passage (what recall searches and shows as an excerpt) gathers whole units up to
     /// about this many tokens; a larger unit is a passage of its own.
     pub passage_tokens: u64,
+    /// Memory across conversations (`[engine.scopes]`).
+    pub scopes: scopes::ScopesConfig,
 }
 
 impl Default for EngineConfig {
@@ -109,6 +112,7 @@ impl Default for EngineConfig {
             recall_relevant_cosine: 0.56,
             recall_share: 0.5,
             passage_tokens: passages::PASSAGE_TOKENS,
+            scopes: scopes::ScopesConfig::default(),
         }
     }
 }
@@ -178,7 +182,7 @@ struct StateCache {
 }
 
 /// Unix seconds now, or the caller's injected time.
-fn now_or(now: Option<f64>) -> Result<f64, EngineError> {
+pub(crate) fn now_or(now: Option<f64>) -> Result<f64, EngineError> {
     let now = now.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -310,7 +314,7 @@ impl Engine {
         let now = now_or(args.now)?;
         let parsed = formats::parse_request(&args.request)?;
         // A user message ending the request is embedded for recall before the lock is taken.
-        let query = self.recall_query(&args.memory, &parsed);
+        let query = self.recall_query(&args.memory, &parsed, args.agent.as_deref());
         let lock = self.lock(&args.memory);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
         // A dry run works on a fresh copy from the store and keeps nothing.
@@ -400,7 +404,32 @@ impl Engine {
         // episodes are held back from this request to make room (`hidden_for_recall`); the next
         // fade settles it. A message nothing relevant answers ("thanks!") gets only what is free.
         let mut recall_limit = None;
+        let mut injected = None;
         if let (Some(q), Some(seq)) = (&query, new_user_seq) {
+            // The cross-memory block first, in what the view leaves free (it holds nothing
+            // back); recall then fills what remains.
+            let free = measure.budget.history.saturating_sub(measure.view);
+            let mut across = None;
+            let mut across_info = Value::Null;
+            if let Some(agent) = st.memory.agent.clone() {
+                let user = st.memory.user.clone();
+                let (section, info) = self.across_block(
+                    &args.memory,
+                    &agent,
+                    user.as_deref(),
+                    &q.text,
+                    q.vectors.first().map(Vec::as_slice),
+                    free,
+                    now,
+                )?;
+                across_info = info;
+                if let Some(a) = &section {
+                    injected = Some((agent, user, seq, a.items.iter().map(|i| i.n).collect::<Vec<_>>()));
+                }
+                across = section;
+            }
+            let across_tokens = across.as_ref().map_or(0, |a| a.tokens);
+            measure.view += tokens::corrected(across_tokens, ratio);
             let share = self.config.recall_share.clamp(0.0, 1.0);
             let reserve = ((measure.budget.history as f64 * share) as u64).min(self.config.recall_tokens);
             let free = measure
@@ -424,9 +453,37 @@ impl Engine {
                 free,
                 reserved: free.max(reserve).min(measure.budget.history.saturating_sub(unholdable)),
             };
-            let recalled = self.recall(&st, q, seq, room, now);
+            let has_own = st.memory.next_fact > 0 || st.memory.next_passage > 0;
+            let recalled = if has_own {
+                self.recall(&st, q, seq, room, now)
+            } else {
+                recall::Recalled { block: None, info: Value::Null }
+            };
+            measure.view -= tokens::corrected(across_tokens, ratio);
             recall_info = recalled.info;
-            if let Some(block) = recalled.block {
+            if !across_info.is_null() {
+                recall_info = if recall_info.is_null() { json!({}) } else { recall_info };
+                recall_info["across"] = across_info;
+            }
+            let block = match (recalled.block, across) {
+                (Some(mut b), a) => {
+                    b.tokens += a.as_ref().map_or(0, |a| a.tokens);
+                    b.across = a;
+                    Some(b)
+                }
+                (None, Some(a)) => Some(records::RecallBlock {
+                    seq,
+                    turn: st.memory.turn,
+                    at: now,
+                    text: String::new(),
+                    tokens: a.tokens,
+                    items: Vec::new(),
+                    distilled: false,
+                    across: Some(a),
+                }),
+                (None, None) => None,
+            };
+            if let Some(block) = block {
                 let m = st.message_mut(seq);
                 m.tokens = m.tokens.saturating_add(block.tokens as u32);
                 measure.view += tokens::corrected(block.tokens, ratio);
@@ -503,7 +560,16 @@ impl Engine {
         });
         if !args.dry_run {
             let queued = st.has_new_jobs();
-            self.save_and_keep(st)?;
+            // What the cross-memory block showed is audited in the same transaction.
+            self.store.write(|w| {
+                st.save(w)?;
+                if let Some((agent, user, seq, items)) = &injected {
+                    scopes::audit_inject(w, agent, &args.memory, user.as_deref(), *seq, items, now)?;
+                }
+                Ok(())
+            })?;
+            st.mark_saved();
+            self.keep(st);
             if queued {
                 self.notify_lane(&args.memory);
             }
@@ -634,7 +700,21 @@ impl Engine {
             cache.order.retain(|m| m != memory);
             cache.states.remove(memory);
         }
-        let removed = self.store.write(|w| w.delete_memory(memory))?;
+        let agent = self.store.read(|r| r.get::<records::MemoryRecord>(crate::store::Table::Memories, &crate::store::keys::memory(memory)))?.and_then(|m| m.agent);
+        let agent_lock = agent.as_deref().map(|a| self.agent_lock(a));
+        let _agent_held = agent_lock.as_ref().map(|l| l.lock().unwrap_or_else(|e| e.into_inner()));
+        let now = now_or(None)?;
+        let removed = self.store.write(|w| {
+            let mut removed = w.delete_memory(memory)?;
+            // Its facts in its agent's scope go too, with what was distilled from them.
+            if let Some(agent) = &agent {
+                let n = self.forget_in_scope(w, memory, agent, now)?;
+                if n > 0 {
+                    removed.push((crate::store::Table::ScopeFacts.name(), n));
+                }
+            }
+            Ok(removed)
+        })?;
         if removed.is_empty() {
             return Err(EngineError::NotFound(format!("no memory {memory:?}")));
         }

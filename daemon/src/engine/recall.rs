@@ -190,7 +190,7 @@ pub(super) fn in_facts_block(st: &State, f: &Fact) -> bool {
 impl Engine {
     /// The new user message at the end of a request, split and embedded (no lock held). None
     /// when the request does not end with a user message or the memory has nothing to recall.
-    pub(super) fn recall_query(&self, memory: &str, parsed: &ParsedRequest) -> Option<Query> {
+    pub(super) fn recall_query(&self, memory: &str, parsed: &ParsedRequest, agent: Option<&str>) -> Option<Query> {
         self.indexes.as_ref()?;
         let last = parsed.history.last().filter(|m| m.role == Role::User)?;
         let text = last.text.trim();
@@ -201,14 +201,21 @@ impl Engine {
             .store
             .read(|r| r.get(Table::Memories, &keys::memory(memory)))
             .ok()?;
-        let record = record?;
-        if record.next_fact == 0 && record.next_passage == 0 {
+        // Something to search: the memory's own facts and passages, or its agent's scope.
+        let own = record.as_ref().is_some_and(|r| r.next_fact > 0 || r.next_passage > 0);
+        let agent = agent.or(record.as_ref().and_then(|r| r.agent.as_deref()));
+        let scope = agent.is_some_and(|a| {
+            self.store
+                .read(|r| super::scopes::agent_record(r, a))
+                .is_ok_and(|a| a.next_fact > 0 && self.policy_of(&a).captures())
+        });
+        if !own && !scope {
             return None;
         }
         // The same request sent again (after a reply that was only the note) has no new
         // message: nothing is recalled for it, so nothing is embedded. (A user who says the
         // same words twice in a row gets no recall for the second: a fair price.)
-        if record.last_user_fingerprint.as_deref() == Some(fingerprint_hex(last.fingerprint()).as_str()) {
+        if record.as_ref().and_then(|r| r.last_user_fingerprint.as_deref()) == Some(fingerprint_hex(last.fingerprint()).as_str()) {
             return None;
         }
         let parts = split_parts(text);
@@ -398,6 +405,7 @@ impl Engine {
                     tokens: cost,
                     items: chosen.iter().map(|c| item(c)).collect(),
                     distilled: false,
+                    across: None,
                 });
                 break;
             }

@@ -61,6 +61,9 @@ pub struct MemoryRecord {
     /// `instructions` field), as sent; earlier versions are kept when they change.
     #[serde(default)]
     pub instructions: Vec<Instructions>,
+    /// Facts numbered below this have been handed to the agent's scope (`scopes::handoff`).
+    #[serde(default)]
+    pub handed_off: u64,
 }
 
 /// One version of the client's instructions and when it was first seen.
@@ -106,6 +109,7 @@ impl MemoryRecord {
             next_passage: 0,
             last_budget: None,
             instructions: Vec::new(),
+            handed_off: 0,
         }
     }
 }
@@ -402,6 +406,11 @@ pub struct RecallBlock {
     /// Set once the lane has distilled it at the next user message; then it never changes.
     #[serde(default)]
     pub distilled: bool,
+    /// Facts of other conversations of the memory's agent (the cross-memory block), shown
+    /// after the recall text while its turn is in progress; distilling empties its text and
+    /// keeps its items. Its tokens are counted in `tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub across: Option<super::scopes::AcrossSection>,
 }
 
 /// One recalled fact or passage, with where it came from.
@@ -447,6 +456,9 @@ pub enum JobKind {
     Index,
     /// Distill the recall block before user message `seq` to what the conversation used.
     Distill { seq: u64 },
+    /// Hand the memory's new facts to its agent's scope (the conversation ended or went
+    /// quiet), check the scope facts it was shown, and consolidate the scope.
+    Handoff,
 }
 
 /// A closed unit's boundary scores, judged once in the lane and kept until history is cut.
@@ -494,6 +506,7 @@ impl JobKind {
             JobKind::Reembed => "reembed",
             JobKind::Index => "index",
             JobKind::Distill { .. } => "distill",
+            JobKind::Handoff => "handoff",
         }
     }
 
@@ -504,6 +517,7 @@ impl JobKind {
             JobKind::ScoreUnits => Some("score_units"),
             JobKind::Cut => Some("cut"),
             JobKind::Index => Some("index"),
+            JobKind::Handoff => Some("handoff"),
             _ => None,
         }
     }
@@ -529,6 +543,7 @@ mod tests {
             JobKind::Reembed,
             JobKind::Index,
             JobKind::Distill { seq: 0 },
+            JobKind::Handoff,
         ];
         for k in kinds {
             assert_eq!(serde_json::to_value(&k).unwrap()["kind"], k.name());

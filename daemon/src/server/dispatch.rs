@@ -5,9 +5,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use recalld_protocol::ops::{
-    DecorateArgs, ExportArgs, ForgetMemoryArgs, ForgetMemoryReply, HelloArgs, HelloReply, ImportArgs, Limits,
-    MetricsArgs, QuietArgs,
-    ReportArgs, OPS,
+    AgentArgs, DecorateArgs, EndArgs, ExportArgs, ForgetMemoryArgs, ForgetMemoryReply, HelloArgs, HelloReply,
+    ImportArgs, Limits, MetricsArgs, QuietArgs, ReportArgs, ScopeArgs, OPS,
 };
 use recalld_protocol::{
     validate_memory_id, ErrorBody, ErrorCode, Reply, Request, MAX_MEMORY_ID_BYTES, MIN_PROTOCOL_VERSION,
@@ -19,6 +18,9 @@ use tracing::Instrument;
 
 use super::peer::Peer;
 use super::{metrics, AppState, Counters};
+use crate::engine::scopes::ops::{AgentChanges, ListFilter};
+use crate::engine::scopes::policy::PolicyName;
+use crate::engine::scopes::records::Sharing;
 use crate::engine::EngineError;
 
 pub async fn handle(state: &Arc<AppState>, peer: &Peer, request: Request, bytes: usize) -> Reply {
@@ -59,37 +61,68 @@ pub async fn handle(state: &Arc<AppState>, peer: &Peer, request: Request, bytes:
     .await
 }
 
-/// Runs the request inside the peer's namespace: the memory id it names is checked, then
-/// qualified for the engine; replies and errors name it as the caller did.
+/// Runs the request inside the peer's namespace: the memory id and agent it names are
+/// checked, then qualified for the engine; replies and errors name them as the caller did.
 async fn in_namespace(state: &Arc<AppState>, peer: &Peer, mut request: Request) -> Result<Value, ErrorBody> {
-    let named = match request.args.get("memory") {
-        Some(Value::String(m)) => {
-            memory_id(m)?;
-            Some(m.clone())
+    let mut names = Vec::new();
+    for field in ["memory", "agent"] {
+        if let Some(Value::String(m)) = request.args.get(field) {
+            memory_id(m).map_err(|mut e| {
+                if field == "agent" {
+                    e.message = e.message.replace("memory id", "agent");
+                }
+                e
+            })?;
+            let qualified = peer.qualify(m);
+            names.push((m.clone(), qualified.clone()));
+            request.args.insert(field.into(), Value::String(qualified));
         }
-        _ => None,
-    };
-    let Some(named) = named else {
+    }
+    if names.is_empty() {
         return run(state, peer, request).await;
-    };
-    let qualified = peer.qualify(&named);
-    request.args.insert("memory".into(), Value::String(qualified.clone()));
+    }
     match run(state, peer, request).await {
         Ok(mut value) => {
-            // The engine names the memory in a few places (export's `memory`, the record's
-            // `id`, a receipt): give them back as the caller said them.
-            for at in ["/memory", "/record/id"] {
-                if let Some(v) = value.pointer_mut(at).filter(|v| v.as_str() == Some(qualified.as_str())) {
-                    *v = Value::String(named.clone());
-                }
-            }
+            // The engine names memories and agents in replies (export's record, audit
+            // entries, a scope fact's origin): give them back as the caller said them.
+            unqualify(&mut value, peer);
             Ok(value)
         }
         Err(mut err) => {
-            err.message = err.message.replace(&qualified, &named);
+            for (named, qualified) in &names {
+                err.message = err.message.replace(qualified.as_str(), named);
+            }
             Err(err)
         }
     }
+}
+
+/// Strips the caller's namespace from every id the reply names (`memory`, `agent`, a record's
+/// `id`), at any depth.
+fn unqualify(value: &mut Value, peer: &Peer) {
+    let Some(ns) = peer.namespace() else { return };
+    let prefix = format!("{ns}/");
+    fn walk(v: &mut Value, prefix: &str, key: Option<&str>) {
+        match v {
+            Value::Object(map) => {
+                for (k, child) in map.iter_mut() {
+                    walk(child, prefix, Some(k.as_str()));
+                }
+            }
+            Value::Array(items) => {
+                for child in items {
+                    walk(child, prefix, key);
+                }
+            }
+            Value::String(s) if matches!(key, Some("memory" | "agent" | "id")) => {
+                if let Some(rest) = s.strip_prefix(prefix) {
+                    *s = rest.to_owned();
+                }
+            }
+            _ => {}
+        }
+    }
+    walk(value, &prefix, None);
 }
 
 async fn run(state: &Arc<AppState>, peer: &Peer, request: Request) -> Result<Value, ErrorBody> {
@@ -154,10 +187,89 @@ async fn run(state: &Arc<AppState>, peer: &Peer, request: Request) -> Result<Val
             let engine = state.engine.clone();
             blocking(move || engine.quiet(&a.memory, a.timeout_ms)).await
         }
+        "end" => {
+            let a: EndArgs = args(request.args)?;
+            let engine = state.engine.clone();
+            blocking(move || engine.end(&a.memory, a.now)).await
+        }
+        "agent" => {
+            let a: AgentArgs = args(request.args)?;
+            let changes = agent_changes(&a)?;
+            let engine = state.engine.clone();
+            blocking(move || engine.agent_settings(&a.agent, changes, a.now)).await
+        }
+        "list_memories" | "search_memories" | "observe_memory" | "delete_memory" | "restore" | "consolidate"
+        | "sweep" | "audit" => {
+            let a: ScopeArgs = args(request.args)?;
+            let op = request.op.clone();
+            let engine = state.engine.clone();
+            blocking(move || scope_op(&engine, &op, a)).await
+        }
         other => Err(ErrorBody::new(
             ErrorCode::UnknownOp,
             format!("unknown op {other:?}; known ops: {}", OPS.join(", ")),
         )),
+    }
+}
+
+fn agent_changes(a: &AgentArgs) -> Result<AgentChanges, ErrorBody> {
+    let bad = |what: &str, allowed: &str, got: &str| {
+        ErrorBody::new(ErrorCode::InvalidArgument, format!("{what} must be one of {allowed}, got {got:?}"))
+    };
+    let policy = match a.policy.as_deref() {
+        None => None,
+        Some(p) => Some(
+            serde_json::from_value::<PolicyName>(json!(p))
+                .map_err(|_| bad("policy", "off, conversational, knowledge_worker, compliance", p))?,
+        ),
+    };
+    let sharing = match a.sharing.as_deref() {
+        None => None,
+        Some("private") => Some(Sharing::Private),
+        Some("shared") => Some(Sharing::Shared),
+        Some(other) => return Err(bad("sharing", "private, shared", other)),
+    };
+    let sweep_live = match a.sweep.as_deref() {
+        None => None,
+        Some("report") => Some(false),
+        Some("live") => Some(true),
+        Some(other) => return Err(bad("sweep", "report, live", other)),
+    };
+    Ok(AgentChanges {
+        policy,
+        sharing,
+        retention_days: a.retention_days,
+        sweep_live,
+    })
+}
+
+/// The scope ops, each with the arguments it needs.
+fn scope_op(engine: &crate::engine::Engine, op: &str, a: ScopeArgs) -> Result<Value, EngineError> {
+    let need_id = || a.id.ok_or_else(|| EngineError::InvalidArgument(format!("{op} needs `id`, the memory's number")));
+    let user = a.user.as_deref();
+    match op {
+        "list_memories" => engine.list_scope(
+            &a.agent,
+            user,
+            ListFilter {
+                tier: a.tier.clone(),
+                kind: a.kind.clone(),
+                status: a.status.clone(),
+                limit: a.limit.map(|l| l as usize),
+            },
+            a.now,
+        ),
+        "search_memories" => {
+            let q = a.query.as_deref().ok_or_else(|| EngineError::InvalidArgument("search_memories needs `query`".into()))?;
+            engine.search_scope(&a.agent, user, q, a.limit.unwrap_or(10) as usize, a.now)
+        }
+        "observe_memory" => engine.observe_scope(&a.agent, user, need_id()?, a.now),
+        "delete_memory" => engine.delete_scope_fact(&a.agent, user, need_id()?, a.now),
+        "restore" => engine.restore_scope_fact(&a.agent, user, need_id()?, a.now),
+        "consolidate" => engine.consolidate(&a.agent, user, a.now),
+        "sweep" => engine.sweep(&a.agent, crate::engine::now_or(a.now)?),
+        "audit" => engine.audit_log(&a.agent, user, a.since, a.limit.map(|l| l as usize)),
+        other => Err(EngineError::InvalidArgument(format!("not a scope op: {other}"))),
     }
 }
 

@@ -51,10 +51,16 @@ pub enum Table {
     Vectors,
     /// memory id + passage number → a passage of a sealed episode (whole units, for recall).
     Passages,
+    /// agent id → the agent's scope settings and counters (store-wide: not a memory's).
+    Agents,
+    /// agent id + number → a fact of the agent's scope (episodic or semantic).
+    ScopeFacts,
+    /// agent id + time (µs) + number → an audit entry (append-only).
+    Audit,
 }
 
 impl Table {
-    const ALL: [Table; 14] = [
+    const ALL: [Table; 17] = [
         Table::Meta,
         Table::Memories,
         Table::Messages,
@@ -69,6 +75,9 @@ impl Table {
         Table::Edges,
         Table::Vectors,
         Table::Passages,
+        Table::Agents,
+        Table::ScopeFacts,
+        Table::Audit,
     ];
 
     /// The table's name in LMDB (and in receipts).
@@ -88,6 +97,9 @@ impl Table {
             Table::Edges => "edges",
             Table::Vectors => "vectors",
             Table::Passages => "passages",
+            Table::Agents => "agents",
+            Table::ScopeFacts => "scope_facts",
+            Table::Audit => "audit",
         }
     }
 
@@ -96,7 +108,8 @@ impl Table {
     /// here, so `forget_memory` covers them without a change.
     fn keyed_by_memory(self) -> MemoryKeying {
         match self {
-            Table::Meta => MemoryKeying::None,
+            // Keyed by agent: a forgotten memory's scope facts are removed by `scopes`.
+            Table::Meta | Table::Agents | Table::ScopeFacts | Table::Audit => MemoryKeying::None,
             Table::Memories => MemoryKeying::Exact,
             _ => MemoryKeying::Prefix,
         }
@@ -412,6 +425,30 @@ impl Reader<'_> {
             Ok(true)
         })?;
         Ok(n)
+    }
+}
+
+/// Reading, inside a read or a write transaction alike.
+pub trait Read {
+    fn get<V: DeserializeOwned>(&self, table: Table, key: &[u8]) -> Result<Option<V>, StoreError>;
+    fn scan<V: DeserializeOwned>(&self, table: Table, prefix: &[u8]) -> Result<Vec<V>, StoreError>;
+}
+
+impl Read for Reader<'_> {
+    fn get<V: DeserializeOwned>(&self, table: Table, key: &[u8]) -> Result<Option<V>, StoreError> {
+        Reader::get(self, table, key)
+    }
+    fn scan<V: DeserializeOwned>(&self, table: Table, prefix: &[u8]) -> Result<Vec<V>, StoreError> {
+        Reader::scan(self, table, prefix)
+    }
+}
+
+impl Read for Writer<'_> {
+    fn get<V: DeserializeOwned>(&self, table: Table, key: &[u8]) -> Result<Option<V>, StoreError> {
+        Writer::get(self, table, key)
+    }
+    fn scan<V: DeserializeOwned>(&self, table: Table, prefix: &[u8]) -> Result<Vec<V>, StoreError> {
+        Writer::scan(self, table, prefix)
     }
 }
 

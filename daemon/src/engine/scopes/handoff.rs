@@ -1,0 +1,225 @@
+//! The `Handoff` lane job: a conversation that ended (or went quiet) hands its new facts to its
+//! agent's scope as episodic facts, each with a kind; the scope facts it was shown are checked
+//! against what it said (restated: used; contradicted: replaced by the new fact); then the
+//! owner's scope is consolidated. Like every lane job: copy under the memory's lock, judge
+//! without it, apply under the memory's and the agent's locks, re-checking.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use super::records::{AuditEntry, Origin, ScopeFact, Status, Tier};
+use super::{agent_record, audit, kinds, put_fact, scope_facts};
+use crate::engine::records::{Fact, Job, VectorKind, VectorRecord};
+use crate::engine::{Engine, EngineError};
+use crate::models::{cosine, CallCtx, Relation};
+use crate::store::{keys, Table};
+
+/// Importance a new episodic fact starts at (a milestone higher).
+const IMPORTANCE: f32 = 0.5;
+const MILESTONE_IMPORTANCE: f32 = 0.7;
+
+struct Snapshot {
+    agent: String,
+    user: Option<String>,
+    facts: Vec<Fact>,
+    /// Scope facts the cross-memory block showed this conversation.
+    shown: Vec<u64>,
+    next_fact: u64,
+}
+
+/// A new fact's judgment against a scope fact the conversation was shown.
+enum Check {
+    Used(u64),
+    /// (shown fact, the memory fact that contradicts it)
+    Contradicted(u64, u64),
+}
+
+impl Engine {
+    pub(crate) fn run_handoff(&self, memory: &str, job: &Job) -> Result<bool, EngineError> {
+        let snap = self.peek(memory, |st| {
+            let agent = st.memory.agent.clone()?;
+            let mark = st.memory.handed_off;
+            Some(Snapshot {
+                agent,
+                user: st.memory.user.clone(),
+                facts: st.facts.iter().filter(|f| f.n >= mark && f.is_active()).cloned().collect(),
+                shown: st
+                    .recalls
+                    .values()
+                    .filter_map(|b| b.across.as_ref())
+                    .flat_map(|a| a.items.iter().map(|i| i.n))
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .collect(),
+                next_fact: st.memory.next_fact,
+            })
+        })?;
+        let policy_captures = match &snap {
+            Some(s) => {
+                let rec = self.store.read(|r| agent_record(r, &s.agent))?;
+                self.policy_of(&rec).captures()
+            }
+            None => false,
+        };
+        // Judge without a lock: vectors (stored by the graph lane, else embedded now), kinds,
+        // and the shown facts' fate.
+        let mut vectors: BTreeMap<u64, VectorRecord> = BTreeMap::new();
+        let mut checks = Vec::new();
+        if let (Some(s), true) = (&snap, policy_captures) {
+            self.store.read(|r| {
+                for f in &s.facts {
+                    if let Some(v) = r.get::<VectorRecord>(Table::Vectors, &keys::seq2(memory, VectorKind::Fact as u64, f.n))? {
+                        vectors.insert(f.n, v);
+                    }
+                }
+                Ok(())
+            })?;
+            if let Some(models) = &self.models {
+                let model = models.embedder.id().name;
+                let missing: Vec<&Fact> = s.facts.iter().filter(|f| vectors.get(&f.n).is_none_or(|v| v.model != model)).collect();
+                if !missing.is_empty() {
+                    let texts: Vec<&str> = missing.iter().map(|f| f.note.as_str()).collect();
+                    match models.embedder.embed(&CallCtx { memory }, &texts) {
+                        Ok(vs) => {
+                            for (f, v) in missing.iter().zip(vs) {
+                                vectors.insert(f.n, VectorRecord { model: model.clone(), v });
+                            }
+                        }
+                        Err(e) => {
+                            self.store.write(|w| crate::engine::state::fail_job(w, memory, job.n, &e.to_string()))?;
+                            return Ok(false);
+                        }
+                    }
+                }
+                let held = self.store.read(|r| scope_facts(r, &s.agent))?;
+                for shown in held.iter().filter(|h| s.shown.contains(&h.n) && h.is_active()) {
+                    for f in &s.facts {
+                        let near = vectors.get(&f.n).is_none_or(|v| shown.v.is_empty() || cosine(&v.v, &shown.v) >= self.config.scopes.agree_cosine);
+                        if !near {
+                            continue;
+                        }
+                        match models.judge.relation(&CallCtx { memory }, &f.note, &shown.text) {
+                            Ok(Relation::Restates) => checks.push(Check::Used(shown.n)),
+                            Ok(Relation::Contradicts) => checks.push(Check::Contradicted(shown.n, f.n)),
+                            Ok(Relation::Unrelated) => {}
+                            Err(e) => tracing::warn!(memory, error = %e, "judge failed; shown fact left unchecked"),
+                        }
+                    }
+                }
+            }
+        }
+        // Apply: the memory's lock, then the agent's.
+        let lock = self.lock(memory);
+        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let job_key = keys::seq(memory, job.n);
+        if !self.store.read(|r| Ok(r.get::<serde::de::IgnoredAny>(Table::Jobs, &job_key)?.is_some()))? {
+            return Ok(true); // forgotten meanwhile
+        }
+        let mut st = self.take_state(memory, 0.0)?;
+        let now = job.at;
+        let mut handed = Vec::new();
+        let agent_held;
+        let scope = match (&snap, policy_captures) {
+            (Some(s), true) => {
+                agent_held = self.agent_lock(&s.agent);
+                Some((s, agent_held.lock().unwrap_or_else(|e| e.into_inner())))
+            }
+            _ => None,
+        };
+        let saved = self.store.write(|w| {
+            handed.clear();
+            if let Some((s, _)) = &scope {
+                let mut rec = agent_record(w, &s.agent)?;
+                let mut by_fact: BTreeMap<u64, u64> = BTreeMap::new();
+                for f in s.facts.iter().filter(|f| st.fact(f.n).is_some_and(|now| now.is_active())) {
+                    let v = vectors.get(&f.n);
+                    let sf = ScopeFact {
+                        n: rec.next_fact,
+                        tier: Tier::Episodic,
+                        kind: kinds::infer(&f.note, f.milestone),
+                        text: f.note.clone(),
+                        subject: f.subject.clone(),
+                        object: f.object.clone(),
+                        owner: s.user.clone(),
+                        origin: Some(Origin { memory: memory.to_owned(), fact: f.n }),
+                        sources: Vec::new(),
+                        at: f.at,
+                        valid_from: f.valid_from,
+                        uses: 0,
+                        last_used: None,
+                        importance: if f.milestone { MILESTONE_IMPORTANCE } else { IMPORTANCE },
+                        status: Status::Active,
+                        model: v.map(|v| v.model.clone()).unwrap_or_default(),
+                        v: v.map(|v| v.v.clone()).unwrap_or_default(),
+                    };
+                    rec.next_fact += 1;
+                    by_fact.insert(f.n, sf.n);
+                    handed.push(sf.n);
+                    put_fact(w, &s.agent, &sf)?;
+                }
+                let mut used = Vec::new();
+                let mut replaced = Vec::new();
+                for c in &checks {
+                    let n = match c {
+                        Check::Used(n) | Check::Contradicted(n, _) => *n,
+                    };
+                    let key = keys::seq(&s.agent, n);
+                    let Some(mut held) = crate::store::Read::get::<ScopeFact>(w, Table::ScopeFacts, &key)? else { continue };
+                    if !held.is_active() {
+                        continue;
+                    }
+                    match c {
+                        Check::Used(_) if !used.contains(&n) => {
+                            held.uses += 1;
+                            held.last_used = Some(now);
+                            used.push(n);
+                        }
+                        Check::Contradicted(_, f) => match by_fact.get(f) {
+                            Some(&by) => {
+                                held.status = Status::Replaced { by, at: now };
+                                replaced.push(n);
+                            }
+                            None => continue,
+                        },
+                        _ => continue,
+                    }
+                    put_fact(w, &s.agent, &held)?;
+                }
+                w.put(Table::Agents, &keys::memory(&s.agent), &rec)?;
+                audit(w, &s.agent, &AuditEntry {
+                    at: now,
+                    action: "handoff".into(),
+                    memory: Some(memory.to_owned()),
+                    user: s.user.clone(),
+                    items: handed.clone(),
+                    detail: json!({"used": used, "replaced": replaced}),
+                })?;
+            }
+            // The mark moves with the scope's facts, so a re-run never hands a fact twice.
+            st.memory.handed_off = snap.as_ref().map_or(st.memory.next_fact, |s| s.next_fact);
+            st.save(w)
+        });
+        drop(scope);
+        saved?;
+        st.mark_saved();
+        self.keep(st);
+        drop(_held);
+        if let (Some(s), true) = (&snap, policy_captures) {
+            tracing::info!(memory, agent = %s.agent, facts = handed.len(), "conversation handed to its scope");
+            if let Err(e) = self.consolidate_owner(&s.agent, s.user.as_deref(), now) {
+                tracing::warn!(agent = %s.agent, error = %e, "consolidation failed; tried again at the next handoff or consolidate");
+            }
+        }
+        // The job ends after the consolidation it causes, so `quiet` covers both (a crash
+        // in between consolidates again, which finds nothing new to do twice).
+        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.store.read(|r| Ok(r.get::<serde::de::IgnoredAny>(Table::Jobs, &job_key)?.is_some()))? {
+            return Ok(true);
+        }
+        let mut st = self.take_state(memory, 0.0)?;
+        st.finish_job(job.n, &job.job);
+        self.save_and_keep(st)?;
+        Ok(true)
+    }
+}

@@ -1,0 +1,139 @@
+//! Memory across conversations (seed 002): the one layer that reads across memories, and only
+//! within an agent's scope and policy. The engine below it stays one memory at a time.
+//!
+//! A memory that names an `agent` (and maybe a `user`) hands its facts to the agent's scope
+//! when it ends (`end`, or quiet for `quiet_minutes`): they become episodic scope facts,
+//! labelled with a kind (`handoff`). Facts that several conversations agree on are distilled
+//! into semantic facts that list their sources (`consolidate`). A new user message gets a
+//! cross-memory block of the scope's relevant facts within the policy's budget (`block`). A
+//! rule-based sweep archives and purges under the policy, reporting before it acts (`sweep`).
+//! Every inject, search, handoff, consolidate, forget, restore and sweep is audited.
+//!
+//! Scope: an agent's facts are visible to the user whose conversation produced them, facts
+//! with no owner to every user, and all of them when the agent's sharing is `shared`.
+//! Distillation never mixes owners. Agent ids are qualified by the caller's namespace in
+//! dispatch, as memory ids are, so one uid never sees another's agents.
+
+mod block;
+mod consolidate;
+mod handoff;
+pub mod kinds;
+pub mod ops;
+pub mod policy;
+pub mod records;
+mod sweep;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::Deserialize;
+
+pub use block::{AcrossItem, AcrossSection};
+use policy::{Policy, PolicyName};
+use records::{AgentRecord, AuditEntry, ScopeFact, Sharing};
+
+use super::Engine;
+use crate::store::{keys, Read, StoreError, Table, Writer};
+
+/// `[engine.scopes]` settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScopesConfig {
+    /// The policy of agents that set none.
+    pub policy: PolicyName,
+    /// Minutes without a turn after which a memory hands its facts to its agent's scope.
+    pub quiet_minutes: f64,
+    /// Below this cosine with the new user message a scope fact is not shown.
+    pub min_relevance: f32,
+    /// Two facts whose cosine is below this are never asked whether they agree.
+    pub agree_cosine: f32,
+    /// The organisation's retention in days, on top of every policy (None: none).
+    pub retention_days: Option<f64>,
+    /// Hours between sweeps of an agent.
+    pub sweep_hours: f64,
+}
+
+impl Default for ScopesConfig {
+    fn default() -> Self {
+        ScopesConfig {
+            policy: PolicyName::KnowledgeWorker,
+            quiet_minutes: 30.0,
+            min_relevance: 0.3,
+            agree_cosine: 0.6,
+            retention_days: None,
+            sweep_hours: 24.0,
+        }
+    }
+}
+
+/// Whether a user sees a scope fact: their own, the agent's ownerless ones, and all of them
+/// when the agent shares across users.
+pub(super) fn visible(f: &ScopeFact, sharing: Sharing, user: Option<&str>) -> bool {
+    match (&f.owner, sharing) {
+        (None, _) | (_, Sharing::Shared) => true,
+        (Some(owner), Sharing::Private) => Some(owner.as_str()) == user,
+    }
+}
+
+pub(super) fn agent_record(r: &impl Read, agent: &str) -> Result<AgentRecord, StoreError> {
+    Ok(r.get(Table::Agents, &keys::memory(agent))?.unwrap_or_else(|| AgentRecord::new(agent)))
+}
+
+/// Every fact of the agent's scope, in number order.
+pub(super) fn scope_facts(r: &impl Read, agent: &str) -> Result<Vec<ScopeFact>, StoreError> {
+    r.scan(Table::ScopeFacts, &keys::memory_prefix(agent))
+}
+
+pub(super) fn put_fact(w: &mut Writer<'_>, agent: &str, f: &ScopeFact) -> Result<(), StoreError> {
+    w.put(Table::ScopeFacts, &keys::seq(agent, f.n), f)
+}
+
+/// Audit keys: the time in microseconds, then a number unique within this process (started
+/// from the clock, so a restart does not reuse one): entries sort by time and never collide.
+static AUDIT_SEQ: AtomicU64 = AtomicU64::new(0);
+
+pub(super) fn audit(w: &mut Writer<'_>, agent: &str, entry: &AuditEntry) -> Result<(), StoreError> {
+    if AUDIT_SEQ.load(Ordering::Relaxed) == 0 {
+        let start = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1);
+        let _ = AUDIT_SEQ.compare_exchange(0, start, Ordering::Relaxed, Ordering::Relaxed);
+    }
+    let n = AUDIT_SEQ.fetch_add(1, Ordering::Relaxed);
+    let micros = (entry.at.max(0.0) * 1e6) as u64;
+    w.put(Table::Audit, &keys::seq2(agent, micros, n), entry)
+}
+
+/// Audits what a cross-memory block showed (inside decorate's transaction).
+pub(super) fn audit_inject(
+    w: &mut Writer<'_>,
+    agent: &str,
+    memory: &str,
+    user: Option<&str>,
+    seq: u64,
+    items: &[u64],
+    now: f64,
+) -> Result<(), StoreError> {
+    audit(w, agent, &AuditEntry {
+        at: now,
+        action: "inject".into(),
+        memory: Some(memory.to_owned()),
+        user: user.map(str::to_owned),
+        items: items.to_vec(),
+        detail: serde_json::json!({"before_message": seq}),
+    })
+}
+
+impl Engine {
+    /// Held while an agent's scope facts are written (handoff, consolidation, ops, the sweep).
+    /// Lock order: a memory's lock, then its agent's. Memory ids hold no NUL, so this key
+    /// never names a memory.
+    pub(super) fn agent_lock(&self, agent: &str) -> Arc<Mutex<()>> {
+        self.lock(&format!("\0agent\0{agent}"))
+    }
+
+    pub(super) fn policy_of(&self, rec: &AgentRecord) -> Policy {
+        Policy::of(rec.policy.unwrap_or(self.config.scopes.policy))
+    }
+}

@@ -1,0 +1,361 @@
+//! The scope's ops: ending a conversation, an agent's settings, listing, searching, observing,
+//! deleting and restoring scope facts, consolidating now, and the audit log. Every op is
+//! scoped: a caller names its agent (qualified by its namespace in dispatch) and its user, and
+//! sees only its own private facts and shared ones; anything else is `not_found`.
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Value};
+
+use super::policy::PolicyName;
+use super::records::{AgentRecord, AuditEntry, ScopeFact, Sharing, Status};
+use super::{agent_record, audit, put_fact, scope_facts, visible};
+use crate::engine::records::JobKind;
+use crate::engine::{Engine, EngineError};
+use crate::models::CallCtx;
+use crate::store::{keys, StoreError, Table, Writer};
+
+/// Changes to an agent's settings (absent fields stay).
+#[derive(Debug, Default, Clone)]
+pub struct AgentChanges {
+    pub policy: Option<PolicyName>,
+    pub sharing: Option<Sharing>,
+    pub retention_days: Option<f64>,
+    pub sweep_live: Option<bool>,
+}
+
+/// Which scope facts `list_memories` returns.
+#[derive(Debug, Default, Clone)]
+pub struct ListFilter {
+    pub tier: Option<String>,
+    pub kind: Option<String>,
+    /// active (default), archived, replaced or all.
+    pub status: Option<String>,
+    pub limit: Option<usize>,
+}
+
+impl Engine {
+    /// `end`: the conversation is over; its facts go to its agent's scope (in the lane).
+    pub fn end(&self, memory: &str, now: Option<f64>) -> Result<Value, EngineError> {
+        let now = super::super::now_or(now)?;
+        let lock = self.lock(memory);
+        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.take_state(memory, now)?;
+        if !st.existed {
+            return Err(EngineError::NotFound(format!("no memory {memory:?}")));
+        }
+        let Some(agent) = st.memory.agent.clone() else {
+            return Err(EngineError::InvalidArgument(format!(
+                "memory {memory:?} names no agent: only a memory decorated with `agent` has a scope to hand its facts to"
+            )));
+        };
+        let new_facts = st.memory.next_fact.saturating_sub(st.memory.handed_off);
+        st.push_job(JobKind::Handoff, now);
+        self.save_and_keep(st)?;
+        self.notify_lane(memory);
+        Ok(json!({"memory": memory, "agent": agent, "queued": true, "facts": new_facts}))
+    }
+
+    /// Queues the handoff of every memory with an agent, new facts, and no turn for
+    /// `quiet_minutes` (the daemon's timer); returns how many.
+    pub fn queue_quiet_handoffs(&self, now: f64) -> Result<usize, EngineError> {
+        let quiet = self.config.scopes.quiet_minutes * 60.0;
+        let due: Vec<String> = self.store.read(|r| {
+            let mut out = Vec::new();
+            r.visit(Table::Memories, b"", b"", |_, m: crate::engine::records::MemoryRecord| {
+                if m.agent.is_some()
+                    && m.handed_off < m.next_fact
+                    && now - m.updated_at >= quiet
+                    && !m.queued_kinds.iter().any(|k| k == "handoff")
+                {
+                    out.push(m.id);
+                }
+                Ok(true)
+            })?;
+            Ok(out)
+        })?;
+        for m in &due {
+            self.end(m, Some(now))?;
+        }
+        Ok(due.len())
+    }
+
+    /// `agent`: an agent's settings, changed as asked (audited when changed).
+    pub fn agent_settings(&self, agent: &str, changes: AgentChanges, now: Option<f64>) -> Result<Value, EngineError> {
+        let now = super::super::now_or(now)?;
+        let lock = self.agent_lock(agent);
+        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rec = self.store.read(|r| agent_record(r, agent))?;
+        let before = rec.clone();
+        if let Some(p) = changes.policy {
+            rec.policy = Some(p);
+        }
+        if let Some(s) = changes.sharing {
+            rec.sharing = s;
+        }
+        if let Some(d) = changes.retention_days {
+            if !d.is_finite() || d <= 0.0 {
+                return Err(EngineError::InvalidArgument(format!("retention_days must be a positive number of days, got {d}")));
+            }
+            rec.retention_days = Some(d);
+        }
+        if let Some(live) = changes.sweep_live {
+            rec.sweep_live = live;
+        }
+        if rec != before {
+            self.store.write(|w| {
+                w.put(Table::Agents, &keys::memory(agent), &rec)?;
+                audit(w, agent, &AuditEntry {
+                    at: now,
+                    action: "settings".into(),
+                    memory: None,
+                    user: None,
+                    items: Vec::new(),
+                    detail: json!({"policy": rec.policy, "sharing": rec.sharing, "retention_days": rec.retention_days, "sweep_live": rec.sweep_live}),
+                })
+            })?;
+        }
+        Ok(self.agent_view(&rec))
+    }
+
+    fn agent_view(&self, rec: &AgentRecord) -> Value {
+        let policy = self.policy_of(rec);
+        json!({
+            "agent": rec.agent,
+            "policy": policy,
+            "policy_set": rec.policy,
+            "sharing": rec.sharing,
+            "retention_days": rec.retention_days,
+            "sweep": if rec.sweep_live { "live" } else { "report" },
+            "last_sweep": rec.last_sweep,
+            "facts": rec.next_fact,
+        })
+    }
+
+    /// `list_memories`: the caller's visible scope facts, filtered.
+    pub fn list_scope(&self, agent: &str, user: Option<&str>, filter: ListFilter, now: Option<f64>) -> Result<Value, EngineError> {
+        let now = super::super::now_or(now)?;
+        let (rec, facts) = self.store.read(|r| Ok((agent_record(r, agent)?, scope_facts(r, agent)?)))?;
+        let status = filter.status.as_deref().unwrap_or("active");
+        if !["active", "archived", "replaced", "all"].contains(&status) {
+            return Err(EngineError::InvalidArgument(format!("status must be active, archived, replaced or all, got {status:?}")));
+        }
+        let named = |v: Value| v.as_str().map(str::to_owned);
+        let items: Vec<Value> = facts
+            .iter()
+            .filter(|f| visible(f, rec.sharing, user))
+            .filter(|f| match (status, &f.status) {
+                ("all", _) | ("active", Status::Active) | ("archived", Status::Archived { .. }) | ("replaced", Status::Replaced { .. }) => true,
+                _ => false,
+            })
+            .filter(|f| filter.tier.as_deref().is_none_or(|t| named(json!(f.tier)).as_deref() == Some(t)))
+            .filter(|f| filter.kind.as_deref().is_none_or(|k| named(json!(f.kind)).as_deref() == Some(k)))
+            .take(filter.limit.unwrap_or(usize::MAX))
+            .map(|f| f.view(now))
+            .collect();
+        Ok(json!({"agent": agent, "user": user, "memories": items}))
+    }
+
+    /// `search_memories`: the caller's active visible facts ranked by meaning (words when
+    /// there is no embedder); counted as used, as the seed's `recall` tool counts; audited.
+    pub fn search_scope(&self, agent: &str, user: Option<&str>, query: &str, limit: usize, now: Option<f64>) -> Result<Value, EngineError> {
+        let now = super::super::now_or(now)?;
+        if query.trim().is_empty() {
+            return Err(EngineError::InvalidArgument("query must not be empty".into()));
+        }
+        let vector = match &self.models {
+            Some(m) => m
+                .request_embedder
+                .embed(&CallCtx { memory: agent }, &[query])
+                .ok()
+                .and_then(|mut v| v.pop()),
+            None => None,
+        };
+        let lock = self.agent_lock(agent);
+        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (rec, facts) = self.store.read(|r| Ok((agent_record(r, agent)?, scope_facts(r, agent)?)))?;
+        let words = super::block::word_set(query);
+        let mut hits: Vec<(&ScopeFact, f32)> = facts
+            .iter()
+            .filter(|f| f.is_active() && visible(f, rec.sharing, user))
+            .map(|f| (f, super::block::relevance(vector.as_deref(), &words, f)))
+            .filter(|(_, s)| *s >= self.config.scopes.min_relevance)
+            .collect();
+        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.n.cmp(&b.0.n)));
+        hits.truncate(limit.max(1));
+        let ids: Vec<u64> = hits.iter().map(|(f, _)| f.n).collect();
+        let out: Vec<Value> = hits
+            .iter()
+            .map(|(f, s)| {
+                let mut v = f.view(now);
+                v["score"] = json!(s);
+                v["uses"] = json!(f.uses + 1);
+                v
+            })
+            .collect();
+        self.store.write(|w| {
+            for (f, _) in &hits {
+                put_fact(w, agent, &ScopeFact { uses: f.uses + 1, last_used: Some(now), ..(*f).clone() })?;
+            }
+            audit(w, agent, &AuditEntry {
+                at: now,
+                action: "search".into(),
+                memory: None,
+                user: user.map(str::to_owned),
+                items: ids.clone(),
+                detail: json!({"query": query, "by_meaning": vector.is_some()}),
+            })
+        })?;
+        Ok(json!({"agent": agent, "memories": out}))
+    }
+
+    /// `observe_memory`: one visible fact, its sources and what replaced it.
+    pub fn observe_scope(&self, agent: &str, user: Option<&str>, id: u64, now: Option<f64>) -> Result<Value, EngineError> {
+        let now = super::super::now_or(now)?;
+        let (rec, facts) = self.store.read(|r| Ok((agent_record(r, agent)?, scope_facts(r, agent)?)))?;
+        let f = facts
+            .iter()
+            .find(|f| f.n == id && visible(f, rec.sharing, user))
+            .ok_or_else(|| not_found(agent, id))?;
+        let mut v = f.view(now);
+        v["source_facts"] = facts.iter().filter(|s| f.sources.contains(&s.n)).map(|s| s.view(now)).collect();
+        if let Status::Replaced { by, .. } = f.status {
+            v["replaced_by"] = facts.iter().find(|s| s.n == by).map(|s| s.view(now)).unwrap_or(Value::Null);
+        }
+        Ok(v)
+    }
+
+    /// `delete_memory`: deletes a visible fact and every fact distilled from it; facts those
+    /// had replaced are active again. Returns what it removed; audited.
+    pub fn delete_scope_fact(&self, agent: &str, user: Option<&str>, id: u64, now: Option<f64>) -> Result<Value, EngineError> {
+        let now = super::super::now_or(now)?;
+        let lock = self.agent_lock(agent);
+        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let removed = self.store.write(|w| {
+            let rec = agent_record(&*w, agent)?;
+            let facts = scope_facts(&*w, agent)?;
+            if !facts.iter().any(|f| f.n == id && visible(f, rec.sharing, user)) {
+                return Ok(None);
+            }
+            let removed = delete_with_derived(w, agent, &facts, [id].into())?;
+            audit(w, agent, &AuditEntry {
+                at: now,
+                action: "forget".into(),
+                memory: None,
+                user: user.map(str::to_owned),
+                items: removed.clone(),
+                detail: json!({"asked": id}),
+            })?;
+            Ok(Some(removed))
+        })?;
+        let removed = removed.ok_or_else(|| not_found(agent, id))?;
+        Ok(json!({"agent": agent, "removed": removed}))
+    }
+
+    /// `restore`: an archived visible fact back in use; audited.
+    pub fn restore_scope_fact(&self, agent: &str, user: Option<&str>, id: u64, now: Option<f64>) -> Result<Value, EngineError> {
+        let now = super::super::now_or(now)?;
+        let lock = self.agent_lock(agent);
+        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (rec, fact) = self.store.read(|r| Ok((agent_record(r, agent)?, r.get::<ScopeFact>(Table::ScopeFacts, &keys::seq(agent, id))?)))?;
+        let f = fact.filter(|f| visible(f, rec.sharing, user)).ok_or_else(|| not_found(agent, id))?;
+        if f.archived_at().is_none() {
+            return Err(EngineError::Conflict(format!("memory {id} of agent {agent:?} is not archived")));
+        }
+        let restored = ScopeFact { status: Status::Active, ..f };
+        self.store.write(|w| {
+            put_fact(w, agent, &restored)?;
+            audit(w, agent, &AuditEntry {
+                at: now,
+                action: "restore".into(),
+                memory: None,
+                user: user.map(str::to_owned),
+                items: vec![id],
+                detail: Value::Null,
+            })
+        })?;
+        Ok(restored.view(now))
+    }
+
+    /// `consolidate`: distils the caller's facts now (and the agent's ownerless ones).
+    pub fn consolidate(&self, agent: &str, user: Option<&str>, now: Option<f64>) -> Result<Value, EngineError> {
+        let now = super::super::now_or(now)?;
+        let mut out = json!({"agent": agent, "owners": {}});
+        let mut owners = vec![None];
+        if user.is_some() {
+            owners.push(user);
+        }
+        for owner in owners {
+            out["owners"][owner.unwrap_or("")] = self.consolidate_owner(agent, owner, now)?;
+        }
+        Ok(out)
+    }
+
+    /// `audit`: the agent's log, oldest first; a caller naming a user sees entries about that
+    /// user and about nobody in particular.
+    pub fn audit_log(&self, agent: &str, user: Option<&str>, since: Option<f64>, limit: Option<usize>) -> Result<Value, EngineError> {
+        let since = since.unwrap_or(0.0);
+        let entries: Vec<AuditEntry> = self.store.read(|r| r.scan(Table::Audit, &keys::memory_prefix(agent)))?;
+        let entries: Vec<&AuditEntry> = entries
+            .iter()
+            .filter(|e| e.at >= since)
+            .filter(|e| user.is_none() || e.user.is_none() || e.user.as_deref() == user)
+            .collect();
+        let skip = entries.len().saturating_sub(limit.unwrap_or(usize::MAX));
+        Ok(json!({"agent": agent, "entries": entries[skip..]}))
+    }
+
+    /// Removes a forgotten memory's facts from its agent's scope, with every fact distilled
+    /// from them (inside `forget_memory`'s transaction); returns how many.
+    pub(crate) fn forget_in_scope(&self, w: &mut Writer<'_>, memory: &str, agent: &str, now: f64) -> Result<u64, StoreError> {
+        let facts = scope_facts(&*w, agent)?;
+        let from_memory: BTreeSet<u64> = facts
+            .iter()
+            .filter(|f| f.origin.as_ref().is_some_and(|o| o.memory == memory))
+            .map(|f| f.n)
+            .collect();
+        if from_memory.is_empty() {
+            return Ok(0);
+        }
+        let removed = delete_with_derived(w, agent, &facts, from_memory)?;
+        audit(w, agent, &AuditEntry {
+            at: now,
+            action: "forget".into(),
+            memory: Some(memory.to_owned()),
+            user: None,
+            items: removed.clone(),
+            detail: json!({"why": "forget_memory"}),
+        })?;
+        Ok(removed.len() as u64)
+    }
+}
+
+/// Deletes `doomed` and, transitively, every fact that lists one of them as a source; a fact
+/// replaced by a deleted one is active again (what replaced it is gone). Returns the deleted.
+fn delete_with_derived(w: &mut Writer<'_>, agent: &str, facts: &[ScopeFact], mut doomed: BTreeSet<u64>) -> Result<Vec<u64>, StoreError> {
+    loop {
+        let more: Vec<u64> = facts
+            .iter()
+            .filter(|f| !doomed.contains(&f.n) && f.sources.iter().any(|s| doomed.contains(s)))
+            .map(|f| f.n)
+            .collect();
+        if more.is_empty() {
+            break;
+        }
+        doomed.extend(more);
+    }
+    for f in facts {
+        if doomed.contains(&f.n) {
+            w.delete(Table::ScopeFacts, &keys::seq(agent, f.n))?;
+        } else if let Status::Replaced { by, .. } = f.status {
+            if doomed.contains(&by) {
+                put_fact(w, agent, &ScopeFact { status: Status::Active, ..f.clone() })?;
+            }
+        }
+    }
+    Ok(doomed.into_iter().collect())
+}
+
+fn not_found(agent: &str, id: u64) -> EngineError {
+    EngineError::NotFound(format!("no memory {id} of agent {agent:?}"))
+}

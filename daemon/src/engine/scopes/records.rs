@@ -1,0 +1,176 @@
+//! What the layer above single memories keeps: per agent, its settings, the facts its
+//! conversations handed over (episodic) and those several of them agree on (semantic), and an
+//! append-only audit log. Keys start with the agent id (qualified by the caller's namespace,
+//! as memory ids are), so one agent is one key range.
+
+use serde::{Deserialize, Serialize};
+
+use super::policy::PolicyName;
+
+/// An agent's memory settings and counters.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AgentRecord {
+    pub agent: String,
+    /// The policy set on the agent; None: the daemon's default (`[engine.scopes] policy`).
+    #[serde(default)]
+    pub policy: Option<PolicyName>,
+    #[serde(default)]
+    pub sharing: Sharing,
+    /// Days the agent keeps episodic facts, when shorter than its policy's (never longer).
+    #[serde(default)]
+    pub retention_days: Option<f64>,
+    /// Whether the sweep changes anything; until an operator says so it only reports.
+    #[serde(default)]
+    pub sweep_live: bool,
+    /// When the sweep last ran (report mode included).
+    #[serde(default)]
+    pub last_sweep: Option<f64>,
+    pub next_fact: u64,
+}
+
+impl AgentRecord {
+    pub fn new(agent: &str) -> AgentRecord {
+        AgentRecord {
+            agent: agent.to_owned(),
+            policy: None,
+            sharing: Sharing::Private,
+            retention_days: None,
+            sweep_live: false,
+            last_sweep: None,
+            next_fact: 0,
+        }
+    }
+}
+
+/// Who a memory's facts are used for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sharing {
+    /// Only in the conversations of the user whose conversation produced them.
+    #[default]
+    Private,
+    /// In every user's conversations with the agent.
+    Shared,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    /// A fact one conversation's notes wrote.
+    Episodic,
+    /// A fact several episodic facts agreed on, listing them as its sources.
+    Semantic,
+}
+
+/// What a fact is about (seed 002's kinds; `fact` when none is clear).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Preference,
+    Decision,
+    Environment,
+    Outcome,
+    OpenQuestion,
+    Fact,
+}
+
+/// Where a scope fact stands. Nothing leaves silently: replaced and archived facts stay
+/// (a purge by the sweep or a delete is the only removal, and both are audited).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Status {
+    #[default]
+    Active,
+    /// Distilled into (or contradicted by) fact `by`.
+    Replaced { by: u64, at: f64 },
+    /// Out of use (the sweep, a cap); can be restored until purged.
+    Archived { at: f64, reason: String },
+}
+
+/// A fact of an agent's scope.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ScopeFact {
+    pub n: u64,
+    pub tier: Tier,
+    pub kind: Kind,
+    pub text: String,
+    #[serde(default)]
+    pub subject: String,
+    #[serde(default)]
+    pub object: String,
+    /// The user whose conversation produced it; None: shared within the agent.
+    pub owner: Option<String>,
+    /// An episodic fact's conversation and its fact number there.
+    #[serde(default)]
+    pub origin: Option<Origin>,
+    /// A semantic fact's sources (scope fact numbers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<u64>,
+    /// When it was recorded in its conversation (episodic) or distilled (semantic).
+    pub at: f64,
+    /// When it became true, when the note said so (else when stated).
+    #[serde(default)]
+    pub valid_from: Option<f64>,
+    #[serde(default)]
+    pub uses: u32,
+    #[serde(default)]
+    pub last_used: Option<f64>,
+    /// 0..1: starts at 0.5 (0.7 for a milestone), lowered by the sweep when old or unused.
+    pub importance: f32,
+    pub status: Status,
+    /// Embedding of `text` and its model (empty when no embedder ran).
+    #[serde(default)]
+    pub model: String,
+    #[serde(default)]
+    pub v: Vec<f32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Origin {
+    pub memory: String,
+    pub fact: u64,
+}
+
+impl ScopeFact {
+    pub fn is_active(&self) -> bool {
+        self.status == Status::Active
+    }
+
+    pub fn archived_at(&self) -> Option<f64> {
+        match self.status {
+            Status::Archived { at, .. } => Some(at),
+            _ => None,
+        }
+    }
+
+    /// The summary ops and the inspector show (no vector).
+    pub fn view(&self, now: f64) -> serde_json::Value {
+        serde_json::json!({
+            "id": self.n, "tier": self.tier, "kind": self.kind, "text": self.text,
+            "subject": self.subject, "object": self.object, "owner": self.owner,
+            "origin": self.origin, "sources": self.sources, "at": self.at,
+            "valid_from": self.valid_from, "uses": self.uses, "last_used": self.last_used,
+            "age_days": ((now - self.at) / 86_400.0).max(0.0),
+            "importance": self.importance, "status": self.status,
+            "searchable_by_meaning": !self.v.is_empty(),
+        })
+    }
+}
+
+/// One line of an agent's audit log: what was done, when, for which memory and user, to
+/// which scope facts.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AuditEntry {
+    pub at: f64,
+    /// inject, search, handoff, consolidate, forget, restore, sweep, settings.
+    pub action: String,
+    #[serde(default)]
+    pub memory: Option<String>,
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub items: Vec<u64>,
+    /// What else the action says (the request's user message seq, a sweep's plan, ...).
+    #[serde(default)]
+    pub detail: serde_json::Value,
+}
