@@ -26,7 +26,7 @@ pub struct AcrossSection {
 pub struct AcrossItem {
     pub n: u64,
     pub tier: Tier,
-    /// Its cosine with the message or the share of its words the message uses, the higher.
+    /// Its cosine with the message or the words they share, the higher (`relevance`).
     pub relevance: f32,
 }
 
@@ -131,8 +131,8 @@ fn render(chosen: &[(&ScopeFact, f32)]) -> String {
     out
 }
 
-/// A fact's relevance to a message: its cosine with the message or the share of its words
-/// the message uses, whichever is higher. Meaning alone misses what a fact is about when the
+/// A fact's relevance to a message: its cosine with the message or the words they share (see
+/// `overlap`), whichever is higher. Meaning alone misses what a fact is about when the
 /// message's topic dominates its embedding ("prefers answers in bullet points" against "an
 /// overview of the quarterly numbers, in bullet points please": cosine 0.09 with MiniLM);
 /// words alone miss paraphrase.
@@ -144,17 +144,44 @@ pub(super) fn relevance(vector: Option<&[f32]>, message_words: &std::collections
     meaning.max(overlap(message_words, &word_set(&f.text)))
 }
 
+/// Words that say nothing of a topic: left out of word relevance.
+const STOPWORDS: &[&str] = &[
+    "the", "and", "for", "with", "you", "your", "are", "was", "were", "this", "that", "these", "those", "have",
+    "has", "had", "from", "what", "when", "where", "which", "who", "why", "how", "can", "could", "would",
+    "should", "will", "shall", "please", "about", "into", "our", "all", "any", "but", "not", "its", "they",
+    "them", "their", "there", "here", "been", "also", "just", "than", "then", "some", "more", "most", "very",
+    "did", "does", "got", "get", "let", "may", "might", "must", "one", "out", "own", "per", "put", "say", "see",
+    "she", "him", "her", "his", "too", "use", "via", "yes", "yet", "thanks", "thank", "okay", "sure", "me",
+];
+
 pub(super) fn word_set(text: &str) -> std::collections::BTreeSet<String> {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| w.len() > 2)
         .map(str::to_lowercase)
+        .filter(|w| !STOPWORDS.contains(&w.as_str()))
         .collect()
 }
 
-/// The share of the fact's words (longer than two letters) the message uses.
+/// How much two word sets share: the larger of the shares of either set found in the other
+/// (a short question naming one topic, a long fact about it: both count).
 fn overlap(message: &std::collections::BTreeSet<String>, fact: &std::collections::BTreeSet<String>) -> f32 {
-    if fact.is_empty() {
+    if fact.is_empty() || message.is_empty() {
         return 0.0;
     }
-    fact.intersection(message).count() as f32 / fact.len() as f32
+    let shared = fact.intersection(message).count() as f32;
+    (shared / fact.len() as f32).max(shared / message.len() as f32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn word_relevance_ignores_small_talk_and_counts_either_side() {
+        let fact = word_set("Alex prefers concise answers in bullet points.");
+        assert_eq!(overlap(&word_set("Thanks, that is all for now!"), &fact), 0.0);
+        assert_eq!(overlap(&word_set("bullet points?"), &fact), 1.0);
+        let long = word_set("Give me an overview of the quarterly numbers, answers in bullet points please.");
+        assert!(overlap(&long, &fact) >= 0.5);
+    }
 }
