@@ -1,0 +1,89 @@
+"""Memory across conversations, across languages: conversations ended from Python and from
+TypeScript hand their facts to one agent's scope; the facts that agree are distilled; a later
+Python conversation of the same user is shown the distilled fact, a TypeScript conversation of
+another user is not."""
+
+from __future__ import annotations
+
+import json
+
+import recalld
+from test_cross_language import node
+
+T0 = 1_767_225_600.0
+DAY = 86_400.0
+FACT = "Alex prefers concise answers in bullet points."
+
+
+def reply_with_note(call_id: str, note: str) -> dict:
+    args = json.dumps({"notes": [{"note": note, "subject": "Alex", "object": "answers", "milestone": False}]})
+    return {
+        "id": "r",
+        "object": "chat.completion",
+        "model": "gpt-4o",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {
+                    "role": "assistant",
+                    "content": "Noted.",
+                    "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "note", "arguments": args}}],
+                },
+            }
+        ],
+    }
+
+
+def request(text: str) -> dict:
+    return {"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}
+
+
+def py_conversation(sock: str, memory: str, now: float) -> None:
+    with recalld.Client(sock) as c:
+        c.decorate(memory, request("Short answers please, in bullets."), now=now, agent="helper", user="alex")
+        c.report(memory, reply_with_note(f"call-{memory}", FACT), now=now + 5)
+        assert c.call("end", {"memory": memory, "now": now + 60})["queued"] is True
+        assert c.call("quiet", {"memory": memory, "timeout_ms": 120_000})["jobs"] == 0
+
+
+def test_facts_cross_conversations_and_languages_but_not_users(daemon: str) -> None:
+    py_conversation(daemon, "py-1", T0)
+    ts = node(
+        f"""
+const c = await recalld.Client.connect(SOCKET);
+await c.decorate("ts-1", {json.dumps(request("Bullet points, keep it brief."))}, {{ now: {T0 + DAY}, agent: "helper", user: "alex" }});
+await c.report("ts-1", {json.dumps(reply_with_note("call-ts-1", FACT.rstrip(".")))}, {{ now: {T0 + DAY + 5} }});
+await c.call("end", {{ memory: "ts-1", now: {T0 + DAY + 60} }});
+const q = await c.call("quiet", {{ memory: "ts-1", timeout_ms: 120000 }});
+await c.close();
+console.log(JSON.stringify(q));
+""",
+        daemon,
+    )
+    assert ts["jobs"] == 0
+    py_conversation(daemon, "py-2", T0 + 2 * DAY)
+
+    with recalld.Client(daemon) as c:
+        listed = c.call("list_memories", {"agent": "helper", "user": "alex"})["memories"]
+        assert [m["tier"] for m in listed] == ["semantic"], listed
+        assert len(listed[0]["sources"]) == 3
+        out = c.decorate(
+            "py-3", request("Could you answer in bullet points again?"), now=T0 + 3 * DAY, agent="helper", user="alex"
+        )
+        shown = [m["content"] for m in out["request"]["messages"] if m["role"] == "system"]
+        assert any(FACT.rstrip(".") in s for s in shown), shown
+        assert out["info"]["recall"]["across"]["items"][0]["id"] == listed[0]["id"]
+
+    other = node(
+        f"""
+const c = await recalld.Client.connect(SOCKET);
+const out = await c.decorate("ts-sam", {json.dumps(request("Could you answer in bullet points again?"))}, {{ now: {T0 + 3 * DAY}, agent: "helper", user: "sam" }});
+const listed = await c.call("list_memories", {{ agent: "helper", user: "sam", status: "all" }});
+await c.close();
+console.log(JSON.stringify({{ messages: out.request.messages, listed }}));
+""",
+        daemon,
+    )
+    assert all("earlier conversations" not in (m.get("content") or "") for m in other["messages"]), other
+    assert other["listed"]["memories"] == []
