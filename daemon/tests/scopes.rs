@@ -124,6 +124,22 @@ fn three_conversations_agree_and_a_fourth_is_told() {
     assert!(!swept["plan"].as_array().unwrap().is_empty(), "{swept:#?}");
     assert_eq!(list(&mut c, "alex", "all"), before);
 
+    // The readiness check: on, models working, everything searchable, swept.
+    let doctor = c.call("doctor", json!({"agent": "helper", "now": T0 + 200.0 * DAY})).unwrap();
+    assert_eq!(doctor["ready"], true, "{doctor:#?}");
+    assert_eq!(doctor["memory"], "on");
+
+    // "Memories used" in the fourth conversation, then a correction.
+    let used = c.call("memories_used", json!({"memory": "alex-3"})).unwrap();
+    assert_eq!(used["used"][0]["id"], id);
+    assert_eq!(used["used"][0]["tier"], "semantic");
+    let fixed = c
+        .call("update_memory", json!({"agent": "helper", "user": "alex", "id": id,
+            "text": "Alex prefers concise answers, as bullet points, without preamble.", "now": T0 + 201.0 * DAY}))
+        .unwrap();
+    assert_eq!(fixed["searchable_by_meaning"], true);
+    assert_eq!(code(c.call("update_memory", json!({"agent": "helper", "user": "sam", "id": id, "text": "x"}))), "not_found");
+
     // Forgetting one source conversation removes the distilled fact; the other sources are
     // in use again.
     let forgot = c.call("forget_memory", json!({"memory": "alex-0"})).unwrap();
@@ -136,7 +152,7 @@ fn three_conversations_agree_and_a_fourth_is_told() {
     // Every step is in the audit log, memories named as the caller named them.
     let log = c.call("audit", json!({"agent": "helper"})).unwrap();
     let actions: Vec<&str> = log["entries"].as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap()).collect();
-    for a in ["handoff", "consolidate", "inject", "settings", "sweep", "forget"] {
+    for a in ["handoff", "consolidate", "inject", "settings", "sweep", "forget", "update"] {
         assert!(actions.contains(&a), "no {a} in {actions:?}");
     }
     assert_eq!(actions.iter().filter(|a| **a == "handoff").count(), 3);
@@ -148,6 +164,11 @@ fn three_conversations_agree_and_a_fourth_is_told() {
     assert_eq!(shown.expect("alex-1 was shown alex-0's fact")["items"], json!([0]));
     let handoff = log["entries"].as_array().unwrap().iter().find(|e| e["action"] == "handoff" && e["memory"] == "alex-1").unwrap();
     assert_eq!(handoff["detail"]["used"], json!([0]));
+
+    // Clearing Alex's memories leaves none, and says which went.
+    let cleared = c.call("clear_memories", json!({"agent": "helper", "user": "alex"})).unwrap();
+    assert_eq!(cleared["removed"].as_array().unwrap().len(), 2);
+    assert!(list(&mut c, "alex", "all").is_empty());
 }
 
 #[test]

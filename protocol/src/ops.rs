@@ -29,6 +29,10 @@ pub const OPS: &[&str] = &[
     "consolidate",
     "sweep",
     "audit",
+    "memories_used",
+    "clear_memories",
+    "update_memory",
+    "doctor",
 ];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -222,4 +226,16 @@ pub struct ScopeArgs {
     /// audit: entries at or after this time.
     #[serde(default)]
     pub since: Option<f64>,
+    /// update_memory: the new text, kind (preference, decision, environment, outcome,
+    /// open_question, fact) and importance (0 to 1).
+    #[serde(default)]
+    pub text: Option<String>,
+    #[serde(default)]
+    pub importance: Option<f32>,
+}
+
+/// `memories_used`: the scope facts a conversation was shown.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoriesUsedArgs {
+    pub memory: String,
 }

@@ -417,8 +417,7 @@ impl Engine {
                     &args.memory,
                     &agent,
                     user.as_deref(),
-                    &q.text,
-                    q.vectors.first().map(Vec::as_slice),
+                    (&q.text, q.vectors.first().map(Vec::as_slice)),
                     free,
                     now,
                 )?;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use recalld_protocol::ops::{
     AgentArgs, DecorateArgs, EndArgs, ExportArgs, ForgetMemoryArgs, ForgetMemoryReply, HelloArgs, HelloReply,
-    ImportArgs, Limits, MetricsArgs, QuietArgs, ReportArgs, ScopeArgs, OPS,
+    ImportArgs, Limits, MemoriesUsedArgs, MetricsArgs, QuietArgs, ReportArgs, ScopeArgs, OPS,
 };
 use recalld_protocol::{
     validate_memory_id, ErrorBody, ErrorCode, Reply, Request, MAX_MEMORY_ID_BYTES, MIN_PROTOCOL_VERSION,
@@ -18,7 +18,7 @@ use tracing::Instrument;
 
 use super::peer::Peer;
 use super::{metrics, AppState, Counters};
-use crate::engine::scopes::ops::{AgentChanges, ListFilter};
+use crate::engine::scopes::ops::{AgentChanges, Correction, ListFilter};
 use crate::engine::scopes::policy::PolicyName;
 use crate::engine::scopes::records::Sharing;
 use crate::engine::EngineError;
@@ -198,8 +198,13 @@ async fn run(state: &Arc<AppState>, peer: &Peer, request: Request) -> Result<Val
             let engine = state.engine.clone();
             blocking(move || engine.agent_settings(&a.agent, changes, a.now)).await
         }
+        "memories_used" => {
+            let a: MemoriesUsedArgs = args(request.args)?;
+            let engine = state.engine.clone();
+            blocking(move || engine.memories_used(&a.memory)).await
+        }
         "list_memories" | "search_memories" | "observe_memory" | "delete_memory" | "restore" | "consolidate"
-        | "sweep" | "audit" => {
+        | "sweep" | "audit" | "clear_memories" | "update_memory" | "doctor" => {
             let a: ScopeArgs = args(request.args)?;
             let op = request.op.clone();
             let engine = state.engine.clone();
@@ -269,6 +274,24 @@ fn scope_op(engine: &crate::engine::Engine, op: &str, a: ScopeArgs) -> Result<Va
         "consolidate" => engine.consolidate(&a.agent, user, a.now),
         "sweep" => engine.sweep(&a.agent, crate::engine::now_or(a.now)?),
         "audit" => engine.audit_log(&a.agent, user, a.since, a.limit.map(|l| l as usize)),
+        "clear_memories" => engine.clear_scope(&a.agent, user, a.tier.as_deref(), a.now),
+        "update_memory" => {
+            let kind = match a.kind.as_deref() {
+                None => None,
+                Some(k) => Some(serde_json::from_value(json!(k)).map_err(|_| {
+                    EngineError::InvalidArgument(format!(
+                        "kind must be one of preference, decision, environment, outcome, open_question, fact, got {k:?}"
+                    ))
+                })?),
+            };
+            let change = Correction {
+                text: a.text.as_deref(),
+                kind,
+                importance: a.importance,
+            };
+            engine.update_scope_fact(&a.agent, user, need_id()?, change, a.now)
+        }
+        "doctor" => engine.doctor(&a.agent, a.now),
         other => Err(EngineError::InvalidArgument(format!("not a scope op: {other}"))),
     }
 }

@@ -34,18 +34,18 @@ pub struct AcrossItem {
 const RECENCY_HALF_DAYS: f64 = 30.0;
 
 impl Engine {
-    /// The cross-memory block for `memory`'s new message (text, and its vector when embedded),
+    /// The cross-memory block for `memory`'s new message (its text, and its vector when embedded),
     /// in at most `room` tokens. Reads the store; changes nothing.
     pub(crate) fn across_block(
         &self,
         memory: &str,
         agent: &str,
         user: Option<&str>,
-        text: &str,
-        vector: Option<&[f32]>,
+        message: (&str, Option<&[f32]>),
         room: u64,
         now: f64,
     ) -> Result<(Option<AcrossSection>, Value), EngineError> {
+        let (text, vector) = message;
         let (rec, facts) = self.store.read(|r| Ok((agent_record(r, agent)?, scope_facts(r, agent)?)))?;
         let policy = self.policy_of(&rec);
         let budget = policy.budget_tokens.min(room);

@@ -35,6 +35,9 @@ use records::{AgentRecord, AuditEntry, ScopeFact, Sharing};
 use super::Engine;
 use crate::store::{keys, Read, StoreError, Table, Writer};
 
+/// Longest text of a scope fact, in characters (the seed's limit on a working note).
+pub const MAX_TEXT_CHARS: usize = 4_000;
+
 /// `[engine.scopes]` settings.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]

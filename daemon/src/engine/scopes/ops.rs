@@ -24,6 +24,14 @@ pub struct AgentChanges {
     pub sweep_live: Option<bool>,
 }
 
+/// What `update_memory` changes in a fact (absent fields stay).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Correction<'a> {
+    pub text: Option<&'a str>,
+    pub kind: Option<super::records::Kind>,
+    pub importance: Option<f32>,
+}
+
 /// Which scope facts `list_memories` returns.
 #[derive(Debug, Default, Clone)]
 pub struct ListFilter {
@@ -144,9 +152,11 @@ impl Engine {
         let items: Vec<Value> = facts
             .iter()
             .filter(|f| visible(f, rec.sharing, user))
-            .filter(|f| match (status, &f.status) {
-                ("all", _) | ("active", Status::Active) | ("archived", Status::Archived { .. }) | ("replaced", Status::Replaced { .. }) => true,
-                _ => false,
+            .filter(|f| {
+                matches!(
+                    (status, &f.status),
+                    ("all", _) | ("active", Status::Active) | ("archived", Status::Archived { .. }) | ("replaced", Status::Replaced { .. })
+                )
             })
             .filter(|f| filter.tier.as_deref().is_none_or(|t| named(json!(f.tier)).as_deref() == Some(t)))
             .filter(|f| filter.kind.as_deref().is_none_or(|k| named(json!(f.kind)).as_deref() == Some(k)))
@@ -303,6 +313,206 @@ impl Engine {
             .collect();
         let skip = entries.len().saturating_sub(limit.unwrap_or(usize::MAX));
         Ok(json!({"agent": agent, "entries": entries[skip..]}))
+    }
+
+    /// `memories_used`: the scope facts shown to one conversation (its cross-memory blocks),
+    /// each as it stands now (`deleted` when it is gone), with the user message it preceded:
+    /// what `delete_memory` can forget on the spot.
+    pub fn memories_used(&self, memory: &str) -> Result<Value, EngineError> {
+        let st = self.store.read(|r| crate::engine::state::State::load(r, memory, 0.0))?;
+        if !st.existed {
+            return Err(EngineError::NotFound(format!("no memory {memory:?}")));
+        }
+        let Some(agent) = st.memory.agent.clone() else {
+            return Ok(json!({"memory": memory, "agent": null, "used": []}));
+        };
+        let facts = self.store.read(|r| scope_facts(r, &agent))?;
+        let now = st.memory.updated_at;
+        let used: Vec<Value> = st
+            .recalls
+            .values()
+            .filter_map(|b| b.across.as_ref().map(|a| (b.seq, a)))
+            .flat_map(|(seq, a)| a.items.iter().map(move |i| (seq, i)))
+            .map(|(seq, i)| {
+                let mut v = facts
+                    .iter()
+                    .find(|f| f.n == i.n)
+                    .map_or_else(|| json!({"id": i.n, "status": {"state": "deleted"}}), |f| f.view(now));
+                v["before_message"] = json!(seq);
+                v["relevance"] = json!(i.relevance);
+                v
+            })
+            .collect();
+        Ok(json!({"memory": memory, "agent": agent, "user": st.memory.user, "used": used}))
+    }
+
+    /// `clear_memories`: deletes every visible fact (of one tier when asked) and what was
+    /// distilled from them; audited.
+    pub fn clear_scope(&self, agent: &str, user: Option<&str>, tier: Option<&str>, now: Option<f64>) -> Result<Value, EngineError> {
+        let now = super::super::now_or(now)?;
+        if let Some(t) = tier {
+            if !["episodic", "semantic"].contains(&t) {
+                return Err(EngineError::InvalidArgument(format!("tier must be episodic or semantic, got {t:?}")));
+            }
+        }
+        let lock = self.agent_lock(agent);
+        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let removed = self.store.write(|w| {
+            let rec = agent_record(&*w, agent)?;
+            let facts = scope_facts(&*w, agent)?;
+            let doomed: BTreeSet<u64> = facts
+                .iter()
+                .filter(|f| visible(f, rec.sharing, user))
+                .filter(|f| tier.is_none_or(|t| json!(f.tier) == json!(t)))
+                .map(|f| f.n)
+                .collect();
+            if doomed.is_empty() {
+                return Ok(Vec::new());
+            }
+            let removed = delete_with_derived(w, agent, &facts, doomed)?;
+            audit(w, agent, &AuditEntry {
+                at: now,
+                action: "forget".into(),
+                memory: None,
+                user: user.map(str::to_owned),
+                items: removed.clone(),
+                detail: json!({"cleared": tier.unwrap_or("all")}),
+            })?;
+            Ok(removed)
+        })?;
+        Ok(json!({"agent": agent, "removed": removed}))
+    }
+
+    /// `update_memory`: corrects a visible fact's text, kind or importance (new text is
+    /// embedded again); audited.
+    pub fn update_scope_fact(
+        &self,
+        agent: &str,
+        user: Option<&str>,
+        id: u64,
+        change: Correction<'_>,
+        now: Option<f64>,
+    ) -> Result<Value, EngineError> {
+        let now = super::super::now_or(now)?;
+        let Correction { text, kind, importance } = change;
+        if let Some(t) = text {
+            if t.trim().is_empty() || t.chars().count() > super::MAX_TEXT_CHARS {
+                return Err(EngineError::InvalidArgument(format!(
+                    "text must hold 1 to {} characters",
+                    super::MAX_TEXT_CHARS
+                )));
+            }
+        }
+        if let Some(i) = importance {
+            if !(0.0..=1.0).contains(&i) {
+                return Err(EngineError::InvalidArgument(format!("importance must be within 0 and 1, got {i}")));
+            }
+        }
+        // Embedded before the lock: the model never runs under it.
+        let vector = match (text, &self.models) {
+            (Some(t), Some(m)) => Some((
+                m.embedder.id().name,
+                m.embedder
+                    .embed(&CallCtx { memory: agent }, &[t])
+                    .map_err(|e| EngineError::Index(format!("cannot embed the new text: {e}")))?
+                    .pop()
+                    .unwrap_or_default(),
+            )),
+            _ => None,
+        };
+        let lock = self.agent_lock(agent);
+        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (rec, fact) = self.store.read(|r| Ok((agent_record(r, agent)?, r.get::<ScopeFact>(Table::ScopeFacts, &keys::seq(agent, id))?)))?;
+        let mut f = fact.filter(|f| visible(f, rec.sharing, user)).ok_or_else(|| not_found(agent, id))?;
+        if let Some(t) = text {
+            f.text = t.to_owned();
+            match vector {
+                Some((model, v)) => {
+                    f.model = model;
+                    f.v = v;
+                }
+                None => {
+                    f.model.clear();
+                    f.v.clear();
+                }
+            }
+        }
+        if let Some(k) = kind {
+            f.kind = k;
+        }
+        if let Some(i) = importance {
+            f.importance = i;
+        }
+        self.store.write(|w| {
+            put_fact(w, agent, &f)?;
+            audit(w, agent, &AuditEntry {
+                at: now,
+                action: "update".into(),
+                memory: None,
+                user: user.map(str::to_owned),
+                items: vec![id],
+                detail: json!({"text": text, "kind": kind, "importance": importance}),
+            })
+        })?;
+        Ok(f.view(now))
+    }
+
+    /// `doctor`: whether an agent's memory works, and what is wrong when it does not.
+    pub fn doctor(&self, agent: &str, now: Option<f64>) -> Result<Value, EngineError> {
+        let now = super::super::now_or(now)?;
+        let (rec, facts) = self.store.read(|r| Ok((agent_record(r, agent)?, scope_facts(r, agent)?)))?;
+        let policy = self.policy_of(&rec);
+        let mut problems = Vec::new();
+        let (embedder, judge) = match &self.models {
+            None => {
+                problems.push("no models: facts are neither embedded nor distilled".to_owned());
+                (json!("none"), json!("none"))
+            }
+            Some(m) => {
+                let ctx = CallCtx { memory: agent };
+                let e = match m.embedder.embed(&ctx, &["ready?"]) {
+                    Ok(_) => json!({"ok": true, "model": m.embedder.id().name}),
+                    Err(err) => {
+                        problems.push(format!("the embedder fails: {err}"));
+                        json!({"ok": false, "error": err.to_string()})
+                    }
+                };
+                let j = match m.judge.relation(&ctx, "The sky is blue.", "The sky is blue.") {
+                    Ok(_) => json!({"ok": true, "name": m.judge.name()}),
+                    Err(err) => {
+                        problems.push(format!("the judge fails: {err}"));
+                        json!({"ok": false, "error": err.to_string()})
+                    }
+                };
+                (e, j)
+            }
+        };
+        let unsearchable = facts.iter().filter(|f| f.is_active() && f.v.is_empty()).count();
+        if unsearchable > 0 {
+            problems.push(format!("{unsearchable} active memories are not searchable by meaning (no vector)"));
+        }
+        let overdue = rec
+            .last_sweep
+            .is_none_or(|t| now - t > 2.0 * self.config.scopes.sweep_hours * 3600.0);
+        if overdue && !facts.is_empty() {
+            problems.push("the sweep has not run in the last two sweep intervals".to_owned());
+        }
+        Ok(json!({
+            "agent": agent,
+            "memory": if policy.captures() { "on" } else { "off" },
+            "policy": policy.name,
+            "sharing": rec.sharing,
+            "sweep": {"mode": if rec.sweep_live { "live" } else { "report" }, "last": rec.last_sweep, "overdue": overdue},
+            "embedder": embedder,
+            "judge": judge,
+            "facts": {
+                "active": facts.iter().filter(|f| f.is_active()).count(),
+                "archived": facts.iter().filter(|f| f.archived_at().is_some()).count(),
+                "not_searchable_by_meaning": unsearchable,
+            },
+            "ready": problems.is_empty(),
+            "problems": problems,
+        }))
     }
 
     /// Removes a forgotten memory's facts from its agent's scope, with every fact distilled
