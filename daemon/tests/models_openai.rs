@@ -437,3 +437,24 @@ fn models_openai_concurrency_is_bounded() {
     let max = server.max_in_flight.load(Ordering::SeqCst);
     assert!((1..=2).contains(&max), "max in flight {max}");
 }
+
+#[test]
+fn models_openai_judge_extracts_facts_and_refuses_unknown_kinds() {
+    let server = Server::start(vec![
+        chat(r#"{"facts": [{"note": "Alex's staging database is in Sydney.", "subject": "staging database", "object": "Sydney", "kind": "environment"}]}"#),
+        chat(r#"{"facts": []}"#),
+        chat(r#"{"facts": [{"note": "x", "subject": "a", "object": "b", "kind": "gossip"}]}"#),
+    ]);
+    let usage = Arc::new(Usage::default());
+    let j = OpenAiJudge::new(&judge_cfg(&server.url), usage).unwrap();
+    let facts = j.extract(&CTX, "user: staging lives in Sydney now\nassistant: noted").unwrap();
+    assert_eq!(facts.len(), 1);
+    assert_eq!((facts[0].kind.as_str(), facts[0].object.as_str()), ("environment", "Sydney"));
+    assert!(j.extract(&CTX, "user: thanks\nassistant: bye").unwrap().is_empty());
+    // A kind outside the list is malformed (asked again, then an error): never stored as is.
+    assert!(matches!(j.extract(&CTX, "user: gossip"), Err(ModelError::Malformed(_))));
+    assert_eq!(server.seen()[0].body["response_format"]["json_schema"]["name"], "extract");
+    // Nothing to read needs no call.
+    assert!(j.extract(&CTX, "  ").unwrap().is_empty());
+    assert_eq!(server.seen().len(), 4);
+}

@@ -64,6 +64,9 @@ pub struct MemoryRecord {
     /// Facts numbered below this have been handed to the agent's scope (`scopes::handoff`).
     #[serde(default)]
     pub handed_off: u64,
+    /// Messages below this seq have been read for facts at a handoff (the un-noted tail).
+    #[serde(default)]
+    pub extracted_to: u64,
 }
 
 /// One version of the client's instructions and when it was first seen.
@@ -110,6 +113,7 @@ impl MemoryRecord {
             last_budget: None,
             instructions: Vec::new(),
             handed_off: 0,
+            extracted_to: 0,
         }
     }
 }

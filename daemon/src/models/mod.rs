@@ -169,7 +169,26 @@ pub trait Judge: Send + Sync {
     fn distill(&self, ctx: &CallCtx, facts: &[&str], conversation: &str) -> Result<Vec<usize>, ModelError>;
     /// How a new fact relates to a held one; conservative: `Contradicts` only on strong evidence.
     fn relation(&self, ctx: &CallCtx, new_fact: &str, held_fact: &str) -> Result<Relation, ModelError>;
+    /// Facts worth keeping across conversations in `transcript` (turns of a conversation that
+    /// nobody noted), each with a kind; empty when nothing is. Only a model reads a
+    /// conversation for facts: the built-in judge finds none, and nothing is ever made up.
+    fn extract(&self, _ctx: &CallCtx, _transcript: &str) -> Result<Vec<Extracted>, ModelError> {
+        Ok(Vec::new())
+    }
 }
+
+/// A fact a model read out of un-noted turns of a conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Extracted {
+    pub note: String,
+    pub subject: String,
+    pub object: String,
+    /// preference, decision, environment, outcome, open_question or fact.
+    pub kind: String,
+}
+
+/// The kinds a fact may have (seed 002, `fact` when none fits).
+pub const FACT_KINDS: [&str; 6] = ["preference", "decision", "environment", "outcome", "open_question", "fact"];
 
 /// The loaded models and their usage counters.
 #[derive(Clone)]

@@ -536,6 +536,17 @@ const RELATION_SYSTEM: &str = "You compare a new fact with a fact already held a
 `unrelated`: anything else, including facts that merely share a subject, add detail, or when you are unsure. \
 Answer with a JSON object only.";
 
+const EXTRACT_SYSTEM: &str = "You read the end of a conversation between a user and an assistant that is over. \
+List the facts worth remembering in later conversations with the same user: preferences, decisions, facts about their environment, outcomes, open questions. \
+Each fact is one short sentence in the third person that stands on its own, naming its subject. \
+Leave out small talk, what the assistant said it would do, and anything only true during this conversation. \
+Return an empty list when nothing is worth keeping. Answer with a JSON object only.";
+
+/// Characters of a transcript the extraction reads at most (the latest kept).
+const MAX_TRANSCRIPT_CHARS: usize = 24_000;
+/// A fact longer than this is not a fact.
+const MAX_FACT_CHARS: usize = 4_000;
+
 impl Judge for OpenAiJudge {
     fn name(&self) -> String {
         self.model.clone()
@@ -660,6 +671,47 @@ impl Judge for OpenAiJudge {
             keep.sort_unstable();
             keep.dedup();
             Ok(keep)
+        })
+    }
+
+    fn extract(&self, ctx: &CallCtx, transcript: &str) -> Result<Vec<super::Extracted>, ModelError> {
+        if transcript.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        let task = Task {
+            name: "extract",
+            system: EXTRACT_SYSTEM,
+            user: format!(
+                "Conversation:\n{}\n\nReturn {{\"facts\": [{{\"note\": ..., \"subject\": ..., \"object\": ..., \"kind\": \"preference\" | \"decision\" | \"environment\" | \"outcome\" | \"open_question\" | \"fact\"}}]}}.",
+                tail(transcript, MAX_TRANSCRIPT_CHARS)
+            ),
+            schema: json!({
+                "type": "object", "additionalProperties": false, "required": ["facts"],
+                "properties": { "facts": { "type": "array", "items": {
+                    "type": "object", "additionalProperties": false,
+                    "required": ["note", "subject", "object", "kind"],
+                    "properties": {
+                        "note": { "type": "string" }, "subject": { "type": "string" }, "object": { "type": "string" },
+                        "kind": { "type": "string", "enum": super::FACT_KINDS },
+                    },
+                } } },
+            }),
+        };
+        self.ask(ctx, task, |v| {
+            let arr = v["facts"].as_array().ok_or("facts must be an array")?;
+            let mut out = Vec::with_capacity(arr.len());
+            for f in arr {
+                let text = |k: &str| f[k].as_str().map(|s| s.trim().to_owned()).ok_or(format!("each fact needs a string {k}"));
+                let (note, subject, object, kind) = (text("note")?, text("subject")?, text("object")?, text("kind")?);
+                if note.is_empty() || note.chars().count() > MAX_FACT_CHARS {
+                    return Err(format!("a fact's note must hold 1 to {MAX_FACT_CHARS} characters"));
+                }
+                if !super::FACT_KINDS.contains(&kind.as_str()) {
+                    return Err(format!("kind {kind:?} is not one of {}", super::FACT_KINDS.join(", ")));
+                }
+                out.push(super::Extracted { note, subject, object, kind });
+            }
+            Ok(out)
         })
     }
 

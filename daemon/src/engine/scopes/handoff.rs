@@ -8,9 +8,10 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::records::{AuditEntry, Origin, ScopeFact, Status, Tier};
+use super::records::{AuditEntry, Kind, Origin, ScopeFact, Status, Tier};
 use super::{agent_record, audit, kinds, put_fact, scope_facts};
 use crate::engine::records::{Fact, Job, VectorKind, VectorRecord};
+use crate::engine::state::State;
 use crate::engine::{Engine, EngineError};
 use crate::models::{cosine, CallCtx, Relation};
 use crate::store::{keys, Table};
@@ -26,6 +27,24 @@ struct Snapshot {
     /// Scope facts the cross-memory block showed this conversation.
     shown: Vec<u64>,
     next_fact: u64,
+    /// The turns nobody noted (after the last noted episode, not read at an earlier handoff),
+    /// as "role: text" lines, for a model to read for facts.
+    transcript: String,
+    /// When the last of those turns was stored (extracted facts are dated by it).
+    transcript_at: Option<f64>,
+    next_seq: u64,
+}
+
+/// A fact about to join the scope: from the memory's notes, or read out of its un-noted turns.
+struct Incoming {
+    fact: Option<u64>,
+    note: String,
+    subject: String,
+    object: String,
+    kind: Kind,
+    milestone: bool,
+    at: f64,
+    valid_from: Option<f64>,
 }
 
 /// A new fact's judgment against a scope fact the conversation was shown.
@@ -53,6 +72,9 @@ impl Engine {
                     .into_iter()
                     .collect(),
                 next_fact: st.memory.next_fact,
+                transcript: unnoted_transcript(st),
+                transcript_at: st.history().last().map(|m| m.at),
+                next_seq: st.memory.next_seq,
             })
         })?;
         let policy_captures = match &snap {
@@ -66,7 +88,23 @@ impl Engine {
         // and the shown facts' fate.
         let mut vectors: BTreeMap<u64, VectorRecord> = BTreeMap::new();
         let mut checks = Vec::new();
+        let mut incoming: Vec<Incoming> = Vec::new();
+        let mut extracted_vectors: Vec<VectorRecord> = Vec::new();
         if let (Some(s), true) = (&snap, policy_captures) {
+            incoming = s
+                .facts
+                .iter()
+                .map(|f| Incoming {
+                    fact: Some(f.n),
+                    note: f.note.clone(),
+                    subject: f.subject.clone(),
+                    object: f.object.clone(),
+                    kind: kinds::infer(&f.note, f.milestone),
+                    milestone: f.milestone,
+                    at: f.at,
+                    valid_from: f.valid_from,
+                })
+                .collect();
             self.store.read(|r| {
                 for f in &s.facts {
                     if let Some(v) = r.get::<VectorRecord>(Table::Vectors, &keys::seq2(memory, VectorKind::Fact as u64, f.n))? {
@@ -91,6 +129,43 @@ impl Engine {
                             return Ok(false);
                         }
                     }
+                }
+                // The turns nobody noted, read once by the model (the built-in judge reads
+                // none); a failure leaves the job to be tried again, storing nothing.
+                let read = if s.transcript.trim().is_empty() {
+                    Ok(Vec::new())
+                } else {
+                    models.judge.extract(&CallCtx { memory }, &s.transcript)
+                };
+                let extracted = match read {
+                    Ok(x) => x,
+                    Err(e) => {
+                        self.store.write(|w| crate::engine::state::fail_job(w, memory, job.n, &format!("fact extraction: {e}")))?;
+                        return Ok(false);
+                    }
+                };
+                if !extracted.is_empty() {
+                    let texts: Vec<&str> = extracted.iter().map(|x| x.note.as_str()).collect();
+                    match models.embedder.embed(&CallCtx { memory }, &texts) {
+                        Ok(vs) => extracted_vectors = vs.into_iter().map(|v| VectorRecord { model: model.clone(), v }).collect(),
+                        Err(e) => {
+                            self.store.write(|w| crate::engine::state::fail_job(w, memory, job.n, &e.to_string()))?;
+                            return Ok(false);
+                        }
+                    }
+                }
+                let at = s.transcript_at.unwrap_or(job.at);
+                for x in extracted {
+                    incoming.push(Incoming {
+                        fact: None,
+                        kind: serde_json::from_value(serde_json::json!(x.kind)).unwrap_or(Kind::Fact),
+                        note: x.note,
+                        subject: x.subject,
+                        object: x.object,
+                        milestone: false,
+                        at,
+                        valid_from: None,
+                    });
                 }
                 let held = self.store.read(|r| scope_facts(r, &s.agent))?;
                 for shown in held.iter().filter(|h| s.shown.contains(&h.n) && h.is_active()) {
@@ -132,17 +207,23 @@ impl Engine {
             if let Some((s, _)) = &scope {
                 let mut rec = agent_record(w, &s.agent)?;
                 let mut by_fact: BTreeMap<u64, u64> = BTreeMap::new();
-                for f in s.facts.iter().filter(|f| st.fact(f.n).is_some_and(|now| now.is_active())) {
-                    let v = vectors.get(&f.n);
+                let mut extracted = extracted_vectors.iter();
+                for f in &incoming {
+                    // A noted fact retired or merged since the snapshot is not handed over.
+                    let v = match f.fact {
+                        Some(n) if !st.fact(n).is_some_and(|now| now.is_active()) => continue,
+                        Some(n) => vectors.get(&n),
+                        None => extracted.next(),
+                    };
                     let sf = ScopeFact {
                         n: rec.next_fact,
                         tier: Tier::Episodic,
-                        kind: kinds::infer(&f.note, f.milestone),
+                        kind: f.kind,
                         text: f.note.clone(),
                         subject: f.subject.clone(),
                         object: f.object.clone(),
                         owner: s.user.clone(),
-                        origin: Some(Origin { memory: memory.to_owned(), fact: f.n }),
+                        origin: Some(Origin { memory: memory.to_owned(), fact: f.fact }),
                         sources: Vec::new(),
                         at: f.at,
                         valid_from: f.valid_from,
@@ -154,7 +235,9 @@ impl Engine {
                         v: v.map(|v| v.v.clone()).unwrap_or_default(),
                     };
                     rec.next_fact += 1;
-                    by_fact.insert(f.n, sf.n);
+                    if let Some(n) = f.fact {
+                        by_fact.insert(n, sf.n);
+                    }
                     handed.push(sf.n);
                     put_fact(w, &s.agent, &sf)?;
                 }
@@ -198,6 +281,7 @@ impl Engine {
             }
             // The mark moves with the scope's facts, so a re-run never hands a fact twice.
             st.memory.handed_off = snap.as_ref().map_or(st.memory.next_fact, |s| s.next_fact);
+            st.memory.extracted_to = snap.as_ref().map_or(st.memory.next_seq, |s| s.next_seq);
             st.save(w)
         });
         drop(scope);
@@ -222,4 +306,27 @@ impl Engine {
         self.save_and_keep(st)?;
         Ok(true)
     }
+}
+
+/// Characters of un-noted turns kept for the model to read (the latest).
+const TRANSCRIPT_CHARS: usize = 24_000;
+
+/// The turns after the last episode the model noted, not read at an earlier handoff, as
+/// "role: text" lines (the latest [`TRANSCRIPT_CHARS`]).
+fn unnoted_transcript(st: &State) -> String {
+    let noted_to = st.episodes.iter().filter(|e| e.acknowledged).map(|e| e.last_seq + 1).max().unwrap_or(0);
+    let from = noted_to.max(st.memory.extracted_to);
+    let mut out: String = st
+        .history()
+        .filter(|m| m.seq >= from && !m.message.text.trim().is_empty())
+        .map(|m| format!("{}: {}\n", m.message.role.as_str(), m.message.text.trim()))
+        .collect();
+    if out.len() > TRANSCRIPT_CHARS {
+        let mut cut = out.len() - TRANSCRIPT_CHARS;
+        while !out.is_char_boundary(cut) {
+            cut += 1;
+        }
+        out = out[cut..].to_owned();
+    }
+    out
 }

@@ -128,7 +128,10 @@ pub struct ScopeFact {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Origin {
     pub memory: String,
-    pub fact: u64,
+    /// The fact's number in the memory; None for a fact a model read out of turns nobody
+    /// noted (at the handoff).
+    #[serde(default)]
+    pub fact: Option<u64>,
 }
 
 impl ScopeFact {
