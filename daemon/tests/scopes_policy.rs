@@ -116,7 +116,7 @@ fn conversational_caps_retention_and_archive_window() {
     let swept = e.sweep("a", T0 + 13.0 * DAY).unwrap();
     assert_eq!(plan(&swept, "archive"), 0, "{swept:#?}");
     // A fact used once survives its retention.
-    e.search_scope("a", Some("alex"), "billing ledger number 7 reconciled", 1, Some(T0 + 14.0 * DAY)).unwrap();
+    e.search_scope("a", Some("alex"), "billing ledger number 7 reconciled", 1, None, Some(T0 + 14.0 * DAY)).unwrap();
     let swept = e.sweep("a", T0 + 15.0 * DAY).unwrap();
     assert_eq!(plan(&swept, "archive"), 99, "{swept:#?}");
     assert_eq!(count(e, "a", "active"), 1);

@@ -195,6 +195,13 @@ pub struct AgentArgs {
     /// report or live.
     #[serde(default)]
     pub sweep: Option<String>,
+    /// Half-lives of facts in days per domain: `{general, emotional, educational}`.
+    #[serde(default)]
+    pub decay_days: Option<Value>,
+    /// Weights of freshness, access and confidence in a fact's importance: `{age, access,
+    /// confidence}`.
+    #[serde(default)]
+    pub keep_weights: Option<Value>,
     #[serde(default)]
     pub now: Option<f64>,
 }
@@ -232,6 +239,9 @@ pub struct ScopeArgs {
     pub text: Option<String>,
     #[serde(default)]
     pub importance: Option<f32>,
+    /// list_memories, search_memories: what was believed at this time.
+    #[serde(default)]
+    pub as_of: Option<f64>,
 }
 
 /// `memories_used`: the scope facts a conversation was shown.

@@ -214,13 +214,10 @@ impl Engine {
                 }
             }
         };
-        let query_embedder = match (&models, &indexes) {
-            (Some(m), Some(_)) => Some(crate::models::queue::QueryEmbedder::new(
-                m.request_embedder.clone(),
-                m.priority.clone(),
-            )),
-            _ => None,
-        };
+        // The new user message's embedding serves recall and the cross-memory block.
+        let query_embedder = models
+            .as_ref()
+            .map(|m| crate::models::queue::QueryEmbedder::new(m.request_embedder.clone(), m.priority.clone()));
         Engine {
             query_embedder,
             store,
@@ -452,7 +449,7 @@ impl Engine {
                 free,
                 reserved: free.max(reserve).min(measure.budget.history.saturating_sub(unholdable)),
             };
-            let has_own = st.memory.next_fact > 0 || st.memory.next_passage > 0;
+            let has_own = self.indexes.is_some() && (st.memory.next_fact > 0 || st.memory.next_passage > 0);
             let recalled = if has_own {
                 self.recall(&st, q, seq, room, now)
             } else {

@@ -191,7 +191,6 @@ impl Engine {
     /// The new user message at the end of a request, split and embedded (no lock held). None
     /// when the request does not end with a user message or the memory has nothing to recall.
     pub(super) fn recall_query(&self, memory: &str, parsed: &ParsedRequest, agent: Option<&str>) -> Option<Query> {
-        self.indexes.as_ref()?;
         let last = parsed.history.last().filter(|m| m.role == Role::User)?;
         let text = last.text.trim();
         if text.is_empty() || blocks::is_our_block(text) {
@@ -202,7 +201,7 @@ impl Engine {
             .read(|r| r.get(Table::Memories, &keys::memory(memory)))
             .ok()?;
         // Something to search: the memory's own facts and passages, or its agent's scope.
-        let own = record.as_ref().is_some_and(|r| r.next_fact > 0 || r.next_passage > 0);
+        let own = self.indexes.is_some() && record.as_ref().is_some_and(|r| r.next_fact > 0 || r.next_passage > 0);
         let agent = agent.or(record.as_ref().and_then(|r| r.agent.as_deref()));
         let scope = agent.is_some_and(|a| {
             self.store
@@ -222,7 +221,7 @@ impl Engine {
         let started = Instant::now();
         let mut vectors = Vec::new();
         let vector_index = self.indexes.as_ref().and_then(|i| i.vectors.as_ref());
-        if let (Some(queue), Some(_)) = (&self.query_embedder, vector_index) {
+        if let Some(queue) = self.query_embedder.as_ref().filter(|_| vector_index.is_some() || scope) {
             let mut texts: Vec<String> = vec![text.to_owned()];
             let mut words = text.split_whitespace().count().min(MODEL_WINDOW_WORDS);
             for p in &parts {

@@ -240,11 +240,25 @@ fn agent_changes(a: &AgentArgs) -> Result<AgentChanges, ErrorBody> {
         Some("live") => Some(true),
         Some(other) => return Err(bad("sweep", "report, live", other)),
     };
+    let schedule = a
+        .decay_days
+        .as_ref()
+        .map(|d| serde_json::from_value::<crate::engine::scopes::decay::Schedule>(d.clone()))
+        .transpose()
+        .map_err(|e| ErrorBody::new(ErrorCode::InvalidArgument, format!("decay_days must be {{general, emotional, educational}} in days: {e}")))?;
+    let keep_weights = a
+        .keep_weights
+        .as_ref()
+        .map(|d| serde_json::from_value::<crate::engine::scopes::decay::KeepWeights>(d.clone()))
+        .transpose()
+        .map_err(|e| ErrorBody::new(ErrorCode::InvalidArgument, format!("keep_weights must be {{age, access, confidence}}: {e}")))?;
     Ok(AgentChanges {
         policy,
         sharing,
         retention_days: a.retention_days,
         sweep_live,
+        schedule,
+        keep_weights,
     })
 }
 
@@ -261,12 +275,13 @@ fn scope_op(engine: &crate::engine::Engine, op: &str, a: ScopeArgs) -> Result<Va
                 kind: a.kind.clone(),
                 status: a.status.clone(),
                 limit: a.limit.map(|l| l as usize),
+                as_of: a.as_of,
             },
             a.now,
         ),
         "search_memories" => {
             let q = a.query.as_deref().ok_or_else(|| EngineError::InvalidArgument("search_memories needs `query`".into()))?;
-            engine.search_scope(&a.agent, user, q, a.limit.unwrap_or(10) as usize, a.now)
+            engine.search_scope(&a.agent, user, q, a.limit.unwrap_or(10) as usize, a.as_of, a.now)
         }
         "observe_memory" => engine.observe_scope(&a.agent, user, need_id()?, a.now),
         "delete_memory" => engine.delete_scope_fact(&a.agent, user, need_id()?, a.now),

@@ -62,7 +62,7 @@ impl Engine {
                 let relevance = relevance(vector, &words, f);
                 let age_days = ((now - f.at) / 86_400.0).max(0.0);
                 let recency = 0.5f64.powf(age_days / RECENCY_HALF_DAYS);
-                let rank = relevance as f64 + 0.1 * f.importance as f64 + 0.05 * recency;
+                let rank = relevance as f64 + 0.1 * rec.importance(f, now) as f64 + 0.05 * recency;
                 (f, relevance, rank)
             })
             .collect();

@@ -19,6 +19,9 @@ use crate::engine::{Engine, EngineError};
 use crate::models::{cosine, CallCtx, Relation};
 use crate::store::{keys, Read, Table};
 
+/// What each further agreeing source adds to a semantic fact's confidence.
+const AGREEMENT: f32 = 0.1;
+
 /// A group ready to distil: its members' numbers (episodic and semantic).
 struct Group {
     members: Vec<u64>,
@@ -112,6 +115,8 @@ impl Engine {
                     for m in members.iter().filter(|m| m.tier == Tier::Episodic) {
                         s.sources.push(m.n);
                         s.uses += m.uses;
+                        s.mentions += m.mentions;
+                        s.confidence = (s.confidence.max(m.confidence) + AGREEMENT).min(1.0);
                         s.importance = s.importance.max(m.importance);
                         joined.push(m.n);
                     }
@@ -171,6 +176,7 @@ fn distil(n: u64, members: &[ScopeFact], now: f64) -> ScopeFact {
         n,
         tier: Tier::Semantic,
         kind,
+        domain: central.domain,
         text: central.text.clone(),
         subject: central.subject.clone(),
         object: central.object.clone(),
@@ -179,6 +185,10 @@ fn distil(n: u64, members: &[ScopeFact], now: f64) -> ScopeFact {
         sources: members.iter().map(|m| m.n).collect(),
         at: now,
         valid_from: members.iter().filter_map(|m| m.valid_from).reduce(f64::min),
+        valid_to: None,
+        // Each agreeing source beyond the first makes it surer.
+        confidence: (members.iter().map(|m| m.confidence).fold(0.0, f32::max) + AGREEMENT * (members.len() - 1) as f32).min(1.0),
+        mentions: members.iter().map(|m| m.mentions).sum(),
         uses: members.iter().map(|m| m.uses).sum(),
         last_used: members.iter().filter_map(|m| m.last_used).reduce(f64::max),
         importance: members.iter().map(|m| m.importance).fold(0.0, f32::max),

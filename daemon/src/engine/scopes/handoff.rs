@@ -19,6 +19,9 @@ use crate::store::{keys, Table};
 /// Importance a new episodic fact starts at (a milestone higher).
 const IMPORTANCE: f32 = 0.5;
 const MILESTONE_IMPORTANCE: f32 = 0.7;
+/// Confidence of a fact when it joins the scope, and what each later restatement adds.
+pub(super) const CONFIDENCE: f32 = 0.6;
+const CONFIRMED: f32 = 0.1;
 
 struct Snapshot {
     agent: String,
@@ -45,6 +48,8 @@ struct Incoming {
     milestone: bool,
     at: f64,
     valid_from: Option<f64>,
+    valid_to: Option<f64>,
+    mentions: u32,
 }
 
 /// A new fact's judgment against a scope fact the conversation was shown.
@@ -103,6 +108,8 @@ impl Engine {
                     milestone: f.milestone,
                     at: f.at,
                     valid_from: f.valid_from,
+                    valid_to: f.valid_to,
+                    mentions: 1 + f.restated_by.len() as u32,
                 })
                 .collect();
             self.store.read(|r| {
@@ -165,6 +172,8 @@ impl Engine {
                         milestone: false,
                         at,
                         valid_from: None,
+                        valid_to: None,
+                        mentions: 1,
                     });
                 }
                 let held = self.store.read(|r| scope_facts(r, &s.agent))?;
@@ -219,6 +228,7 @@ impl Engine {
                         n: rec.next_fact,
                         tier: Tier::Episodic,
                         kind: f.kind,
+                        domain: kinds::domain(&f.note),
                         text: f.note.clone(),
                         subject: f.subject.clone(),
                         object: f.object.clone(),
@@ -227,6 +237,9 @@ impl Engine {
                         sources: Vec::new(),
                         at: f.at,
                         valid_from: f.valid_from,
+                        valid_to: f.valid_to,
+                        confidence: CONFIDENCE,
+                        mentions: f.mentions,
                         uses: 0,
                         last_used: None,
                         importance: if f.milestone { MILESTONE_IMPORTANCE } else { IMPORTANCE },
@@ -253,14 +266,22 @@ impl Engine {
                         continue;
                     }
                     match c {
+                        // Restated by a later conversation: used, surer, and its class learns.
                         Check::Used(_) if !used.contains(&n) => {
                             held.uses += 1;
                             held.last_used = Some(now);
+                            held.confidence = (held.confidence + CONFIRMED).min(1.0);
+                            held.mentions += 1;
+                            rec.learn(&held, true);
                             used.push(n);
                         }
+                        // Contradicted: replaced, and no longer true from when the new fact is.
                         Check::Contradicted(_, f) => match by_fact.get(f) {
                             Some(&by) => {
+                                let since = s.facts.iter().find(|x| x.n == *f).map(|x| x.valid_from.unwrap_or(x.at));
                                 held.status = Status::Replaced { by, at: now };
+                                held.valid_to = held.valid_to.or(since).or(Some(now));
+                                rec.learn(&held, false);
                                 replaced.push(n);
                             }
                             None => continue,

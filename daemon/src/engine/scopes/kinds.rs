@@ -1,7 +1,7 @@
 //! A fact's kind, inferred conservatively from its words when the note gave none: a word
 //! list per kind, first match wins; anything unclear is a plain `fact`.
 
-use super::records::Kind;
+use super::records::{Domain, Kind};
 
 const PREFERENCE: &[&str] = &[
     "prefer", "prefers", "preferred", "preference", "likes", "like", "loves", "love", "hates", "dislikes",
@@ -15,18 +15,46 @@ const ENVIRONMENT: &[&str] = &[
     "node", "region", "located", "deployed", "use", "stack", "run", "debian", "ubuntu", "host", "cloud",
 ];
 
-pub fn infer(text: &str, milestone: bool) -> Kind {
-    let words: Vec<String> = text
-        .split(|c: char| !c.is_alphanumeric())
+const EMOTIONAL: &[&str] = &[
+    "afraid", "fear", "scared", "anxious", "anxiety", "worried", "worry", "stress", "stressed", "sad", "grief",
+    "grieving", "lonely", "depressed", "depression", "panic", "phobia", "upset", "hurt", "trauma", "therapy",
+    "therapist", "overwhelmed", "nervous", "terrified",
+];
+const EDUCATIONAL: &[&str] = &[
+    "learning", "learn", "studying", "study", "course", "lesson", "exam", "grade", "tutor", "homework",
+    "curriculum", "chapter", "practising", "practicing", "quiz", "syllabus", "semester",
+];
+
+fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
         .map(str::to_lowercase)
-        .collect();
-    // A plural or third-person "s" counts as the word without it ("servers", "runs").
-    let has = |list: &[&str]| {
-        words
-            .iter()
-            .any(|w| list.contains(&w.as_str()) || w.strip_suffix('s').is_some_and(|stem| list.contains(&stem)))
-    };
+        .collect()
+}
+
+/// Whether any word is in `list` (a plural or third-person "s" counts as the word without it:
+/// "servers", "runs").
+fn any_in(words: &[String], list: &[&str]) -> bool {
+    words
+        .iter()
+        .any(|w| list.contains(&w.as_str()) || w.strip_suffix('s').is_some_and(|stem| list.contains(&stem)))
+}
+
+/// A fact's domain, conservatively: emotional or educational only on a clear word.
+pub fn domain(text: &str) -> Domain {
+    let words = words(text);
+    if any_in(&words, EMOTIONAL) {
+        Domain::Emotional
+    } else if any_in(&words, EDUCATIONAL) {
+        Domain::Educational
+    } else {
+        Domain::General
+    }
+}
+
+pub fn infer(text: &str, milestone: bool) -> Kind {
+    let words = words(text);
+    let has = |list: &[&str]| any_in(&words, list);
     if has(PREFERENCE) {
         Kind::Preference
     } else if has(DECISION) {
@@ -56,5 +84,12 @@ mod tests {
         assert_eq!(infer("Caroline went to a support group", false), Kind::Fact);
         assert_eq!(infer("Moved to Berlin", true), Kind::Outcome);
         assert_eq!(infer("Alex's servers run Debian.", false), Kind::Environment);
+    }
+
+    #[test]
+    fn domains_only_on_clear_words() {
+        assert_eq!(domain("Alex is afraid of flying."), Domain::Emotional);
+        assert_eq!(domain("Alex is studying for the bar exam."), Domain::Educational);
+        assert_eq!(domain("Alex's favourite colour is green."), Domain::General);
     }
 }

@@ -16,6 +16,7 @@
 
 mod block;
 mod consolidate;
+pub mod decay;
 mod handoff;
 pub mod kinds;
 pub mod ops;

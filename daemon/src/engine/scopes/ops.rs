@@ -22,6 +22,8 @@ pub struct AgentChanges {
     pub sharing: Option<Sharing>,
     pub retention_days: Option<f64>,
     pub sweep_live: Option<bool>,
+    pub schedule: Option<super::decay::Schedule>,
+    pub keep_weights: Option<super::decay::KeepWeights>,
 }
 
 /// What `update_memory` changes in a fact (absent fields stay).
@@ -40,6 +42,8 @@ pub struct ListFilter {
     /// active (default), archived, replaced or all.
     pub status: Option<String>,
     pub limit: Option<usize>,
+    /// What was believed at this time instead (status is then ignored).
+    pub as_of: Option<f64>,
 }
 
 impl Engine {
@@ -110,6 +114,19 @@ impl Engine {
         if let Some(live) = changes.sweep_live {
             rec.sweep_live = live;
         }
+        if let Some(sch) = changes.schedule {
+            if [sch.general, sch.emotional, sch.educational].iter().any(|d| !d.is_finite() || *d <= 0.0) {
+                return Err(EngineError::InvalidArgument("decay_days must be positive numbers of days".into()));
+            }
+            rec.schedule = Some(sch);
+        }
+        if let Some(k) = changes.keep_weights {
+            let all = [k.age, k.access, k.confidence];
+            if all.iter().any(|w| !w.is_finite() || *w < 0.0) || all.iter().sum::<f32>() <= 0.0 {
+                return Err(EngineError::InvalidArgument("keep_weights must be non-negative, not all zero".into()));
+            }
+            rec.keep_weights = Some(k);
+        }
         if rec != before {
             self.store.write(|w| {
                 w.put(Table::Agents, &keys::memory(agent), &rec)?;
@@ -137,6 +154,8 @@ impl Engine {
             "sweep": if rec.sweep_live { "live" } else { "report" },
             "last_sweep": rec.last_sweep,
             "facts": rec.next_fact,
+            "decay_days": rec.schedule(),
+            "keep_weights": rec.keep_weights(),
         })
     }
 
@@ -152,23 +171,36 @@ impl Engine {
         let items: Vec<Value> = facts
             .iter()
             .filter(|f| visible(f, rec.sharing, user))
-            .filter(|f| {
-                matches!(
+            .filter(|f| match filter.as_of {
+                Some(t) => f.believed_at(t),
+                None => matches!(
                     (status, &f.status),
                     ("all", _) | ("active", Status::Active) | ("archived", Status::Archived { .. }) | ("replaced", Status::Replaced { .. })
-                )
+                ),
             })
             .filter(|f| filter.tier.as_deref().is_none_or(|t| named(json!(f.tier)).as_deref() == Some(t)))
             .filter(|f| filter.kind.as_deref().is_none_or(|k| named(json!(f.kind)).as_deref() == Some(k)))
             .take(filter.limit.unwrap_or(usize::MAX))
-            .map(|f| f.view(now))
+            .map(|f| {
+                let mut v = f.view(now);
+                v["importance_now"] = json!(rec.importance(f, now));
+                v
+            })
             .collect();
-        Ok(json!({"agent": agent, "user": user, "memories": items}))
+        Ok(json!({"agent": agent, "user": user, "as_of": filter.as_of, "memories": items}))
     }
 
     /// `search_memories`: the caller's active visible facts ranked by meaning (words when
     /// there is no embedder); counted as used, as the seed's `recall` tool counts; audited.
-    pub fn search_scope(&self, agent: &str, user: Option<&str>, query: &str, limit: usize, now: Option<f64>) -> Result<Value, EngineError> {
+    pub fn search_scope(
+        &self,
+        agent: &str,
+        user: Option<&str>,
+        query: &str,
+        limit: usize,
+        as_of: Option<f64>,
+        now: Option<f64>,
+    ) -> Result<Value, EngineError> {
         let now = super::super::now_or(now)?;
         if query.trim().is_empty() {
             return Err(EngineError::InvalidArgument("query must not be empty".into()));
@@ -187,7 +219,7 @@ impl Engine {
         let words = super::block::word_set(query);
         let mut hits: Vec<(&ScopeFact, f32)> = facts
             .iter()
-            .filter(|f| f.is_active() && visible(f, rec.sharing, user))
+            .filter(|f| as_of.map_or(f.is_active(), |t| f.believed_at(t)) && visible(f, rec.sharing, user))
             .map(|f| (f, super::block::relevance(vector.as_deref(), &words, f)))
             .filter(|(_, s)| *s >= self.config.scopes.min_relevance)
             .collect();
@@ -199,13 +231,18 @@ impl Engine {
             .map(|(f, s)| {
                 let mut v = f.view(now);
                 v["score"] = json!(s);
-                v["uses"] = json!(f.uses + 1);
+                v["uses"] = json!(f.uses + u32::from(as_of.is_none()));
                 v
             })
             .collect();
+        // A look back in time is not a use; a search now is (it counts in each hit's access,
+        // but teaches no class: being found is not yet having mattered).
+        let counted = as_of.is_none();
         self.store.write(|w| {
-            for (f, _) in &hits {
-                put_fact(w, agent, &ScopeFact { uses: f.uses + 1, last_used: Some(now), ..(*f).clone() })?;
+            if counted {
+                for (f, _) in &hits {
+                    put_fact(w, agent, &ScopeFact { uses: f.uses + 1, last_used: Some(now), ..(*f).clone() })?;
+                }
             }
             audit(w, agent, &AuditEntry {
                 at: now,
@@ -213,7 +250,7 @@ impl Engine {
                 memory: None,
                 user: user.map(str::to_owned),
                 items: ids.clone(),
-                detail: json!({"query": query, "by_meaning": vector.is_some()}),
+                detail: json!({"query": query, "by_meaning": vector.is_some(), "as_of": as_of}),
             })
         })?;
         Ok(json!({"agent": agent, "memories": out}))
@@ -228,6 +265,15 @@ impl Engine {
             .find(|f| f.n == id && visible(f, rec.sharing, user))
             .ok_or_else(|| not_found(agent, id))?;
         let mut v = f.view(now);
+        v["importance_now"] = json!(rec.importance(f, now));
+        v["decay"] = json!({
+            "class": super::decay::class(f),
+            "freshness": super::decay::freshness(f, now, &rec.schedule()),
+            "keep": super::decay::keep(f, now, &rec.schedule(), &rec.keep_weights()),
+            "salience": super::decay::salience(f, rec.weights(f.owner.as_deref())),
+            "schedule_days": rec.schedule().days(f.domain),
+            "learned_weights": rec.weights(f.owner.as_deref()),
+        });
         v["source_facts"] = facts.iter().filter(|s| f.sources.contains(&s.n)).map(|s| s.view(now)).collect();
         if let Status::Replaced { by, .. } = f.status {
             v["replaced_by"] = facts.iter().find(|s| s.n == by).map(|s| s.view(now)).unwrap_or(Value::Null);
@@ -244,9 +290,13 @@ impl Engine {
         let removed = self.store.write(|w| {
             let rec = agent_record(&*w, agent)?;
             let facts = scope_facts(&*w, agent)?;
-            if !facts.iter().any(|f| f.n == id && visible(f, rec.sharing, user)) {
+            let Some(asked) = facts.iter().find(|f| f.n == id && visible(f, rec.sharing, user)) else {
                 return Ok(None);
-            }
+            };
+            // Forgotten on purpose: its class learns it mattered less to this user.
+            let mut rec = rec.clone();
+            rec.learn(asked, false);
+            w.put(Table::Agents, &keys::memory(agent), &rec)?;
             let removed = delete_with_derived(w, agent, &facts, [id].into())?;
             audit(w, agent, &AuditEntry {
                 at: now,
@@ -422,8 +472,11 @@ impl Engine {
         };
         let lock = self.agent_lock(agent);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-        let (rec, fact) = self.store.read(|r| Ok((agent_record(r, agent)?, r.get::<ScopeFact>(Table::ScopeFacts, &keys::seq(agent, id))?)))?;
+        let (mut rec, fact) = self.store.read(|r| Ok((agent_record(r, agent)?, r.get::<ScopeFact>(Table::ScopeFacts, &keys::seq(agent, id))?)))?;
         let mut f = fact.filter(|f| visible(f, rec.sharing, user)).ok_or_else(|| not_found(agent, id))?;
+        // A person corrected it: it is sure now, and its class matters to them.
+        f.confidence = 1.0;
+        rec.learn(&f, true);
         if let Some(t) = text {
             f.text = t.to_owned();
             match vector {
@@ -445,6 +498,7 @@ impl Engine {
         }
         self.store.write(|w| {
             put_fact(w, agent, &f)?;
+            w.put(Table::Agents, &keys::memory(agent), &rec)?;
             audit(w, agent, &AuditEntry {
                 at: now,
                 action: "update".into(),

@@ -26,9 +26,42 @@ pub struct AgentRecord {
     #[serde(default)]
     pub last_sweep: Option<f64>,
     pub next_fact: u64,
+    /// Half-lives per domain, when the agent sets its own (else the defaults).
+    #[serde(default)]
+    pub schedule: Option<super::decay::Schedule>,
+    /// Weights of freshness, access and confidence, when the agent sets its own.
+    #[serde(default)]
+    pub keep_weights: Option<super::decay::KeepWeights>,
+    /// Per owner ("" for ownerless facts), the class weights its own signals taught.
+    #[serde(default)]
+    pub learned: std::collections::BTreeMap<String, super::decay::Weights>,
 }
 
 impl AgentRecord {
+    pub fn schedule(&self) -> super::decay::Schedule {
+        self.schedule.unwrap_or_default()
+    }
+
+    pub fn keep_weights(&self) -> super::decay::KeepWeights {
+        self.keep_weights.unwrap_or_default()
+    }
+
+    /// The learned weights of an owner's facts.
+    pub fn weights(&self, owner: Option<&str>) -> Option<&super::decay::Weights> {
+        self.learned.get(owner.unwrap_or(""))
+    }
+
+    /// A signal about a fact of `owner`: its class's weight moves (see `decay`).
+    pub fn learn(&mut self, f: &ScopeFact, positive: bool) {
+        let w = self.learned.entry(f.owner.clone().unwrap_or_default()).or_default();
+        super::decay::learn(w, super::decay::class(f), positive);
+    }
+
+    /// A fact's importance now, with its owner's learned weights.
+    pub fn importance(&self, f: &ScopeFact, now: f64) -> f32 {
+        super::decay::importance(f, now, &self.schedule(), &self.keep_weights(), self.weights(f.owner.as_deref()))
+    }
+
     pub fn new(agent: &str) -> AgentRecord {
         AgentRecord {
             agent: agent.to_owned(),
@@ -38,6 +71,9 @@ impl AgentRecord {
             sweep_live: false,
             last_sweep: None,
             next_fact: 0,
+            schedule: None,
+            keep_weights: None,
+            learned: Default::default(),
         }
     }
 }
@@ -74,6 +110,18 @@ pub enum Kind {
     Fact,
 }
 
+/// What a fact is about, for how slowly it fades (seed 003's schedules).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Domain {
+    #[default]
+    General,
+    /// Feelings, fears, wellbeing: the context of emotional support.
+    Emotional,
+    /// Learning and its progress.
+    Educational,
+}
+
 /// Where a scope fact stands. Nothing leaves silently: replaced and archived facts stay
 /// (a purge by the sweep or a delete is the only removal, and both are audited).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -93,6 +141,8 @@ pub struct ScopeFact {
     pub n: u64,
     pub tier: Tier,
     pub kind: Kind,
+    #[serde(default)]
+    pub domain: Domain,
     pub text: String,
     #[serde(default)]
     pub subject: String,
@@ -111,6 +161,16 @@ pub struct ScopeFact {
     /// When it became true, when the note said so (else when stated).
     #[serde(default)]
     pub valid_from: Option<f64>,
+    /// When it stopped being true: the note said so, or a newer fact contradicted it.
+    #[serde(default)]
+    pub valid_to: Option<f64>,
+    /// How sure we are of it, 0..1: 0.6 when handed over, +0.1 per later conversation that
+    /// restated it; 1 once a person corrected it.
+    #[serde(default = "default_confidence")]
+    pub confidence: f32,
+    /// Conversations (or restatements) that stated it.
+    #[serde(default = "one")]
+    pub mentions: u32,
     #[serde(default)]
     pub uses: u32,
     #[serde(default)]
@@ -134,9 +194,30 @@ pub struct Origin {
     pub fact: Option<u64>,
 }
 
+fn default_confidence() -> f32 {
+    0.6
+}
+
+fn one() -> u32 {
+    1
+}
+
 impl ScopeFact {
     pub fn is_active(&self) -> bool {
         self.status == Status::Active
+    }
+
+    /// Whether it was believed at `t`: recorded by then, not yet replaced or archived, and true
+    /// then as far as we know (bi-temporal: when we learned and retired it, when it held).
+    pub fn believed_at(&self, t: f64) -> bool {
+        let left = match self.status {
+            Status::Active => None,
+            Status::Replaced { at, .. } | Status::Archived { at, .. } => Some(at),
+        };
+        self.at <= t
+            && left.is_none_or(|at| at > t)
+            && self.valid_from.is_none_or(|v| v <= t)
+            && self.valid_to.is_none_or(|v| v > t)
     }
 
     pub fn archived_at(&self) -> Option<f64> {
@@ -152,7 +233,8 @@ impl ScopeFact {
             "id": self.n, "tier": self.tier, "kind": self.kind, "text": self.text,
             "subject": self.subject, "object": self.object, "owner": self.owner,
             "origin": self.origin, "sources": self.sources, "at": self.at,
-            "valid_from": self.valid_from, "uses": self.uses, "last_used": self.last_used,
+            "valid_from": self.valid_from, "valid_to": self.valid_to, "uses": self.uses, "last_used": self.last_used,
+            "domain": self.domain, "confidence": self.confidence, "mentions": self.mentions,
             "age_days": ((now - self.at) / 86_400.0).max(0.0),
             "importance": self.importance, "status": self.status,
             "searchable_by_meaning": !self.v.is_empty(),

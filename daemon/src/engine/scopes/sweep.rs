@@ -1,13 +1,20 @@
 //! The sweep: rule-based, no model calls, per agent under its policy. In order it
 //! 1. deletes expired working notes (there is no working tier yet: nothing to do);
-//! 2. archives episodic facts older than the retention that were used fewer times than the
-//!    policy requires (unless the policy keeps unused facts);
-//! 3. lowers the importance of facts that are old (past half the retention) or never used
-//!    (by a tenth, at most once per sweep interval, down to 0.1);
-//! 4. archives the lowest-ranked facts of a tier over its cap (rank: importance, then uses,
-//!    then recency);
-//! 5. purges facts archived longer than the policy's archive window;
-//! 6. purges anything older than the organisation's retention.
+//! 2. archives episodic facts that faded past the retention (unless the policy keeps unused
+//!    facts). Fading is a score, not an age: a fact is archived once its importance now (its
+//!    decay score, `decay`: freshness on its domain's schedule, access, confidence, and its
+//!    owner's learned weights) is below that of the plainest fact (general, never used, prior
+//!    weight) at the end of the retention. So the policy's retention holds exactly for plain
+//!    unused facts; used, confirmed, emotional or educational facts, and classes this user's
+//!    signals raised, last longer; classes they lowered, less long;
+//! 3. sets each active fact's stored importance to its decay score now;
+//! 4. promotes an episodic fact used more than 3 times, with confidence above 0.8, older than
+//!    7 days, into a durable semantic fact (its source replaced by it; semantic facts never
+//!    fade out);
+//! 5. archives the lowest-ranked facts of a tier over its cap (rank: importance, then uses,
+//!    then the oldest);
+//! 6. purges facts archived longer than the policy's archive window;
+//! 7. purges anything older than the organisation's retention.
 //!
 //! Until the agent's sweep is switched to live it only reports: the plan is returned and
 //! audited, and nothing else changes.
@@ -20,14 +27,19 @@ use crate::engine::{Engine, EngineError};
 use crate::store::{keys, Table};
 
 const DAY: f64 = 86_400.0;
-const IMPORTANCE_STEP: f32 = 0.1;
-const IMPORTANCE_FLOOR: f32 = 0.1;
+/// Importance changes smaller than this are not written.
+const IMPORTANCE_STEP: f32 = 0.01;
+/// Promotion: used more than this many times, surer than this, older than this many days.
+const PROMOTE_USES: u32 = 3;
+const PROMOTE_CONFIDENCE: f32 = 0.8;
+const PROMOTE_DAYS: f64 = 7.0;
 
 /// What one sweep does to one fact.
 #[derive(Debug, Clone, PartialEq)]
 enum Action {
     Archive(&'static str),
-    Lower(f32),
+    Importance(f32),
+    Promote,
     Purge(&'static str),
 }
 
@@ -41,18 +53,22 @@ impl Engine {
         let retention = policy.retention_secs(rec.retention_days, self.config.scopes.retention_days);
         let mut plan: Vec<(u64, Action)> = Vec::new();
         if policy.captures() {
-            let first_sweep_since = rec.last_sweep.unwrap_or(f64::NEG_INFINITY);
+            let faded = faded_below(&rec, retention, now);
             for f in &facts {
                 let age = now - f.at;
                 match f.status {
                     Status::Active => {
-                        if f.tier == Tier::Episodic && policy.archive_unused && age > retention && f.uses < policy.min_uses {
-                            plan.push((f.n, Action::Archive("past retention and unused")));
-                        } else if (age > retention / 2.0 || f.uses == 0)
-                            && f.importance > IMPORTANCE_FLOOR
-                            && now - first_sweep_since >= self.config.scopes.sweep_hours * 3600.0 * 0.5
+                        let importance = rec.importance(f, now);
+                        if f.tier == Tier::Episodic && policy.archive_unused && importance < faded {
+                            plan.push((f.n, Action::Archive("faded past retention")));
+                        } else if f.tier == Tier::Episodic
+                            && f.uses > PROMOTE_USES
+                            && f.confidence > PROMOTE_CONFIDENCE
+                            && age > PROMOTE_DAYS * DAY
                         {
-                            plan.push((f.n, Action::Lower((f.importance - IMPORTANCE_STEP).max(IMPORTANCE_FLOOR))));
+                            plan.push((f.n, Action::Promote));
+                        } else if (importance - f.importance).abs() >= IMPORTANCE_STEP {
+                            plan.push((f.n, Action::Importance(importance)));
                         }
                     }
                     Status::Archived { at, .. } if now - at > policy.archive_days * DAY => {
@@ -71,8 +87,9 @@ impl Engine {
                 if live.len() <= cap {
                     continue;
                 }
-                // Lowest first: importance, then uses, then the oldest.
-                live.sort_by(|a, b| a.importance.total_cmp(&b.importance).then(a.uses.cmp(&b.uses)).then(a.at.total_cmp(&b.at)));
+                // Lowest first: importance now, then uses, then the oldest.
+                let rank = |f: &ScopeFact| rec.importance(f, now);
+                live.sort_by(|a, b| rank(a).total_cmp(&rank(b)).then(a.uses.cmp(&b.uses)).then(a.at.total_cmp(&b.at)));
                 let over = live.len() - cap;
                 for f in &live[..over] {
                     plan.retain(|(n, _)| *n != f.n);
@@ -92,12 +109,17 @@ impl Engine {
             .iter()
             .map(|(n, a)| match a {
                 Action::Archive(why) => json!({"id": n, "action": "archive", "why": why}),
-                Action::Lower(to) => json!({"id": n, "action": "lower_importance", "to": to}),
+                Action::Importance(to) => json!({"id": n, "action": "importance", "to": to}),
+                Action::Promote => json!({"id": n, "action": "promote", "why": "used often, confirmed, and older than a week"}),
                 Action::Purge(why) => json!({"id": n, "action": "purge", "why": why}),
             })
             .collect();
         rec.last_sweep = Some(now);
+        let mut promoted = Vec::new();
+        let next_fact = rec.next_fact;
         self.store.write(|w| {
+            promoted.clear();
+            rec.next_fact = next_fact;
             if live {
                 for (n, action) in &plan {
                     let key = keys::seq(agent, *n);
@@ -107,7 +129,22 @@ impl Engine {
                             status: Status::Archived { at: now, reason: (*why).into() },
                             ..f
                         })?,
-                        Action::Lower(to) => put_fact(w, agent, &ScopeFact { importance: *to, ..f })?,
+                        Action::Importance(to) => put_fact(w, agent, &ScopeFact { importance: *to, ..f })?,
+                        Action::Promote => {
+                            let n = rec.next_fact;
+                            rec.next_fact += 1;
+                            put_fact(w, agent, &ScopeFact {
+                                n,
+                                tier: Tier::Semantic,
+                                origin: None,
+                                sources: vec![f.n],
+                                at: now,
+                                status: Status::Active,
+                                ..f.clone()
+                            })?;
+                            put_fact(w, agent, &ScopeFact { status: Status::Replaced { by: n, at: now }, ..f })?;
+                            promoted.push(json!({"from": f.n, "to": n}));
+                        }
                         Action::Purge(_) => {
                             w.delete(Table::ScopeFacts, &key)?;
                         }
@@ -121,10 +158,10 @@ impl Engine {
                 memory: None,
                 user: None,
                 items: plan.iter().map(|(n, _)| *n).collect(),
-                detail: json!({"mode": if live { "live" } else { "report" }, "plan": report}),
+                detail: json!({"mode": if live { "live" } else { "report" }, "plan": report, "promoted": promoted}),
             })
         })?;
-        Ok(json!({"agent": agent, "mode": if live { "live" } else { "report" }, "policy": policy.name, "plan": report}))
+        Ok(json!({"agent": agent, "mode": if live { "live" } else { "report" }, "policy": policy.name, "plan": report, "promoted": promoted}))
     }
 
     /// Sweeps every agent whose last sweep is older than `sweep_hours` (the daemon's timer).
@@ -144,4 +181,33 @@ impl Engine {
         }
         Ok(agents.len())
     }
+}
+
+/// The importance of the plainest fact (general, never used, handed over at the usual
+/// confidence, the prior weight) at the end of the retention: below it, a fact has faded.
+fn faded_below(rec: &super::records::AgentRecord, retention: f64, now: f64) -> f32 {
+    let plain = ScopeFact {
+        n: 0,
+        tier: Tier::Episodic,
+        kind: super::records::Kind::Fact,
+        domain: super::records::Domain::General,
+        text: String::new(),
+        subject: String::new(),
+        object: String::new(),
+        owner: None,
+        origin: None,
+        sources: Vec::new(),
+        at: now - retention,
+        valid_from: None,
+        valid_to: None,
+        confidence: super::handoff::CONFIDENCE,
+        mentions: 1,
+        uses: 0,
+        last_used: None,
+        importance: 0.0,
+        status: Status::Active,
+        model: String::new(),
+        v: Vec::new(),
+    };
+    super::decay::importance(&plain, now, &rec.schedule(), &rec.keep_weights(), None)
 }

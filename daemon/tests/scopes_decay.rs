@@ -1,0 +1,268 @@
+//! Forgetting by unimportance across sessions (seed 003), with injected time across months:
+//! each domain's decay schedule, fading out, promotion into a durable fact, "as of" answers
+//! with the older belief, and weights each user's own signals teach.
+
+use std::sync::Arc;
+
+use recalld::engine::scopes::ops::{AgentChanges, Correction, ListFilter};
+use recalld::engine::{Engine, EngineConfig};
+use recalld::models::{BoundaryScore, CallCtx, Embedder, Judge, ModelError, ModelId, Models, Relation, Usage, WalkLevel};
+use recalld::store::{Store, StoreOptions};
+use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
+use serde_json::{json, Value};
+
+const T0: f64 = 1_767_225_600.0; // 2026-01-01
+const DAY: f64 = 86_400.0;
+
+/// Vectors from letter counts: alike texts are alike without a model.
+struct LetterEmbedder;
+
+impl Embedder for LetterEmbedder {
+    fn id(&self) -> ModelId {
+        ModelId { name: "test-letters".into(), dim: 26 }
+    }
+    fn embed(&self, _: &CallCtx, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut v = vec![0f32; 26];
+                for c in t.to_lowercase().bytes().filter(u8::is_ascii_lowercase) {
+                    v[(c - b'a') as usize] += 1.0;
+                }
+                v
+            })
+            .collect())
+    }
+}
+
+/// Same words restate; "X lives in A" against "X lives in B" contradicts; nothing else relates.
+struct CityJudge;
+
+impl Judge for CityJudge {
+    fn name(&self) -> String {
+        "test-city".into()
+    }
+    fn boundaries(&self, _: &CallCtx, units: &[&str]) -> Result<Vec<BoundaryScore>, ModelError> {
+        Ok(units.iter().map(|_| BoundaryScore { first: 0.5, last: 0.5 }).collect())
+    }
+    fn about(&self, _: &CallCtx, _: &str, _: &[&str]) -> Result<(f32, bool), ModelError> {
+        Ok((0.5, false))
+    }
+    fn walk_levels(&self, _: &CallCtx, _: &str, facts: &[&str]) -> Result<Vec<WalkLevel>, ModelError> {
+        Ok(vec![WalkLevel::Unrelated; facts.len()])
+    }
+    fn distill(&self, _: &CallCtx, _: &[&str], _: &str) -> Result<Vec<usize>, ModelError> {
+        Ok(Vec::new())
+    }
+    fn relation(&self, _: &CallCtx, new: &str, held: &str) -> Result<Relation, ModelError> {
+        let norm = |s: &str| s.trim_end_matches('.').to_lowercase();
+        Ok(if norm(new) == norm(held) {
+            Relation::Restates
+        } else if new.contains(" lives in ") && held.contains(" lives in ") {
+            Relation::Contradicts
+        } else {
+            Relation::Unrelated
+        })
+    }
+}
+
+struct Setup {
+    engine: Engine,
+    _dir: tempfile::TempDir,
+}
+
+fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
+    let embedder: Arc<dyn Embedder> = Arc::new(LetterEmbedder);
+    let models = Models {
+        embedder: embedder.clone(),
+        judge: Arc::new(CityJudge),
+        usage: Arc::new(Usage::default()),
+        request_embedder: embedder,
+        priority: Arc::default(),
+    };
+    let config = EngineConfig { recall: false, ..EngineConfig::default() };
+    Setup { engine: Engine::new(store, Some(models), config), _dir: dir }
+}
+
+fn decorate(e: &Engine, memory: &str, user: &str, text: &str, now: f64) -> Value {
+    e.decorate(DecorateArgs {
+        memory: memory.into(),
+        request: json!({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}),
+        now: Some(now),
+        dry_run: false,
+        ceiling: None,
+        agent: Some("coach".into()),
+        user: Some(user.into()),
+        history: HistoryMode::Full,
+    })
+    .unwrap()
+    .info
+}
+
+/// A conversation: the user says `said`, the model notes `facts`, the conversation ends.
+fn conversation(e: &Engine, memory: &str, user: &str, said: &str, facts: &[&str], now: f64) -> Value {
+    let info = decorate(e, memory, user, said, now);
+    let notes: Vec<Value> = facts.iter().map(|f| json!({"note": f, "subject": user, "object": "x", "milestone": false})).collect();
+    let call = json!({"id": format!("n-{memory}"), "type": "function", "function": {"name": "note", "arguments": json!({"notes": notes}).to_string()}});
+    let reply = json!({"id": "r", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0,
+        "finish_reason": "stop", "message": {"role": "assistant", "content": "Noted.", "tool_calls": [call]}}]});
+    e.report(ReportArgs { memory: memory.into(), response: reply, now: Some(now + 1.0) }).unwrap();
+    e.end(memory, Some(now + 2.0)).unwrap();
+    while e.run_next_job(memory).unwrap() {}
+    info
+}
+
+fn listed(e: &Engine, user: &str, filter: ListFilter, now: f64) -> Vec<Value> {
+    e.list_scope("coach", Some(user), filter, Some(now)).unwrap()["memories"].as_array().unwrap().clone()
+}
+
+fn find<'a>(facts: &'a [Value], text: &str) -> &'a Value {
+    facts.iter().find(|f| f["text"] == text).unwrap_or_else(|| panic!("no {text:?} in {facts:#?}"))
+}
+
+fn live(e: &Engine) {
+    e.agent_settings("coach", AgentChanges { sweep_live: Some(true), ..Default::default() }, Some(T0)).unwrap();
+}
+
+const GENERAL: &str = "Alex plays chess on Sundays.";
+const EMOTIONAL: &str = "Alex is anxious about public speaking.";
+const EDUCATIONAL: &str = "Alex is studying for the chess exam.";
+
+#[test]
+fn each_domain_fades_on_its_own_schedule() {
+    let s = setup();
+    let e = &s.engine;
+    live(e);
+    conversation(e, "c1", "alex", "hi", &[GENERAL, EMOTIONAL, EDUCATIONAL], T0);
+    let freshness = |id: u64, at: f64| {
+        e.observe_scope("coach", Some("alex"), id, Some(at)).unwrap()["decay"]["freshness"].as_f64().unwrap()
+    };
+    let all = listed(e, "alex", ListFilter::default(), T0);
+    let (g, m, d) = (
+        find(&all, GENERAL)["id"].as_u64().unwrap(),
+        find(&all, EMOTIONAL)["id"].as_u64().unwrap(),
+        find(&all, EDUCATIONAL)["id"].as_u64().unwrap(),
+    );
+    assert_eq!(find(&all, EMOTIONAL)["domain"], "emotional");
+    assert_eq!(find(&all, EDUCATIONAL)["domain"], "educational");
+    // Half fresh after one schedule: a month, three months, six months.
+    for (id, days) in [(g, 30.0), (m, 90.0), (d, 180.0)] {
+        assert!((freshness(id, T0 + 1.0 + days * DAY) - 0.5).abs() < 1e-3);
+    }
+    // Month by month the general fact falls behind; it fades out at the policy's 90-day
+    // retention (the plainest kind of fact), the emotional and educational ones stay.
+    let importance = |at: f64, text: &str| find(&listed(e, "alex", ListFilter::default(), at), text)["importance_now"].as_f64().unwrap();
+    for month in [1.0, 2.0] {
+        let at = T0 + month * 30.0 * DAY;
+        assert!(importance(at, GENERAL) < importance(at, EDUCATIONAL), "month {month}");
+        assert!(importance(at, GENERAL) < importance(at, EMOTIONAL), "month {month}");
+    }
+    let swept = e.sweep("coach", T0 + 89.0 * DAY).unwrap();
+    assert!(!swept["plan"].as_array().unwrap().iter().any(|p| p["action"] == "archive"), "{swept:#?}");
+    let swept = e.sweep("coach", T0 + 91.0 * DAY).unwrap();
+    let faded: Vec<u64> = swept["plan"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["action"] == "archive")
+        .map(|p| p["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(faded, [g], "{swept:#?}");
+    let left = listed(e, "alex", ListFilter::default(), T0 + 91.0 * DAY);
+    assert_eq!(left.len(), 2);
+    // A year on, the emotional and educational facts are still kept.
+    e.sweep("coach", T0 + 365.0 * DAY).unwrap();
+    assert_eq!(listed(e, "alex", ListFilter::default(), T0 + 365.0 * DAY).len(), 2);
+}
+
+#[test]
+fn a_fact_used_often_and_confirmed_is_promoted_and_stops_fading() {
+    let s = setup();
+    let e = &s.engine;
+    live(e);
+    conversation(e, "c1", "alex", "hi", &[GENERAL], T0);
+    let id = listed(e, "alex", ListFilter::default(), T0)[0]["id"].as_u64().unwrap();
+    // A person confirms it; it is looked up four times.
+    e.update_scope_fact("coach", Some("alex"), id, Correction::default(), Some(T0 + DAY)).unwrap();
+    for i in 0..4 {
+        e.search_scope("coach", Some("alex"), "chess on Sundays", 5, None, Some(T0 + DAY + i as f64)).unwrap();
+    }
+    // Too young at five days; promoted after a week.
+    let swept = e.sweep("coach", T0 + 5.0 * DAY).unwrap();
+    assert!(swept["promoted"].as_array().unwrap().is_empty());
+    let swept = e.sweep("coach", T0 + 8.0 * DAY).unwrap();
+    let promoted = swept["promoted"][0]["to"].as_u64().unwrap_or_else(|| panic!("{swept:#?}"));
+    let seen = e.observe_scope("coach", Some("alex"), promoted, Some(T0 + 8.0 * DAY)).unwrap();
+    assert_eq!(seen["tier"], "semantic");
+    assert_eq!(seen["sources"], json!([id]));
+    let log = e.audit_log("coach", None, None, None).unwrap();
+    assert!(log["entries"].as_array().unwrap().iter().any(|a| a["action"] == "sweep" && a["detail"]["promoted"][0]["to"] == promoted));
+    // A year on, the promoted fact is still there; the log it came from is its source.
+    e.sweep("coach", T0 + 365.0 * DAY).unwrap();
+    let left = listed(e, "alex", ListFilter::default(), T0 + 365.0 * DAY);
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0]["id"], promoted);
+}
+
+#[test]
+fn as_of_answers_what_was_believed_then() {
+    let s = setup();
+    let e = &s.engine;
+    conversation(e, "jan", "alex", "hi", &["Alex lives in Berlin."], T0);
+    // In March the conversation is shown the old fact and states a new one that contradicts it.
+    let info = conversation(e, "mar", "alex", "Alex lives in Lisbon now.", &["Alex lives in Lisbon."], T0 + 60.0 * DAY);
+    assert_eq!(info["recall"]["across"]["items"][0]["id"], 0, "the old fact was shown: {info:#?}");
+    let as_of = |t: f64| -> Vec<String> {
+        listed(e, "alex", ListFilter { as_of: Some(t), ..Default::default() }, t)
+            .iter()
+            .map(|f| f["text"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(as_of(T0 + 30.0 * DAY), ["Alex lives in Berlin."]);
+    assert_eq!(as_of(T0 + 90.0 * DAY), ["Alex lives in Lisbon."]);
+    // The old belief is kept, its validity closed when the new one began.
+    let old = e.observe_scope("coach", Some("alex"), 0, Some(T0 + 90.0 * DAY)).unwrap();
+    assert_eq!(old["status"]["state"], "replaced");
+    assert!(old["valid_to"].as_f64().unwrap() > T0 + 59.0 * DAY);
+    let searched = e.search_scope("coach", Some("alex"), "Where does Alex live?", 5, Some(T0 + 30.0 * DAY), Some(T0 + 90.0 * DAY)).unwrap();
+    assert_eq!(searched["memories"][0]["text"], "Alex lives in Berlin.");
+}
+
+#[test]
+fn two_users_signals_keep_the_same_kind_of_fact_differently() {
+    let s = setup();
+    let e = &s.engine;
+    live(e);
+    let likes = ["prefers tea", "prefers jazz", "prefers trains", "prefers mornings"];
+    for user in ["ana", "ben"] {
+        let facts: Vec<String> = likes.iter().map(|l| format!("{user} {l}.")).collect();
+        let refs: Vec<&str> = facts.iter().map(String::as_str).collect();
+        conversation(e, &format!("{user}-1"), user, "hi", &refs, T0);
+    }
+    // Ana confirms her preferences by hand; Ben deletes his.
+    for l in likes {
+        let id = find(&listed(e, "ana", ListFilter::default(), T0), &format!("ana {l}."))["id"].as_u64().unwrap();
+        e.update_scope_fact("coach", Some("ana"), id, Correction::default(), Some(T0 + DAY)).unwrap();
+        let id = find(&listed(e, "ben", ListFilter::default(), T0), &format!("ben {l}."))["id"].as_u64().unwrap();
+        e.delete_scope_fact("coach", Some("ben"), id, Some(T0 + DAY)).unwrap();
+    }
+    // Each then states one new preference, never used.
+    conversation(e, "ana-2", "ana", "hi", &["ana prefers window seats."], T0 + 2.0 * DAY);
+    conversation(e, "ben-2", "ben", "hi", &["ben prefers window seats."], T0 + 2.0 * DAY);
+    let weight = |user: &str| {
+        let f = find(&listed(e, user, ListFilter::default(), T0 + 2.0 * DAY), &format!("{user} prefers window seats.")).clone();
+        e.observe_scope("coach", Some(user), f["id"].as_u64().unwrap(), Some(T0 + 2.0 * DAY)).unwrap()["decay"]["learned_weights"]["preference"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!(weight("ana") > 1.0 && weight("ben") < 1.0, "ana {} ben {}", weight("ana"), weight("ben"));
+    // A month on, Ben's faded out and Ana's is kept.
+    e.sweep("coach", T0 + 32.0 * DAY).unwrap();
+    let kept = |user: &str| {
+        listed(e, user, ListFilter::default(), T0 + 32.0 * DAY).iter().any(|f| f["text"] == format!("{user} prefers window seats."))
+    };
+    assert!(kept("ana"));
+    assert!(!kept("ben"));
+}
