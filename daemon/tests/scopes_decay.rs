@@ -266,3 +266,55 @@ fn two_users_signals_keep_the_same_kind_of_fact_differently() {
     assert!(kept("ana"));
     assert!(!kept("ben"));
 }
+
+/// An engine with no models: scope facts are found by their words alone.
+fn setup_plain() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
+    Setup { engine: Engine::new(store, None, EngineConfig::default()), _dir: dir }
+}
+
+fn across_text(info: &Value, e: &Engine, memory: &str) -> String {
+    // The block as stored with the message (what the request shows during its turn).
+    let export = e.export(memory).unwrap();
+    let _ = info;
+    export["recalls"].as_array().unwrap().last().and_then(|b| b["across"]["text"].as_str()).unwrap_or("").to_owned()
+}
+
+#[test]
+fn the_hot_tier_core_blocks_and_the_graph_tier_reach_a_new_conversation() {
+    let s = setup_plain();
+    let e = &s.engine;
+    e.set_core_block("coach", Some("alex"), "persona", "Alex is a nurse who works night shifts.", Some(T0)).unwrap();
+    // A first conversation: a turn worth remembering for a while, and a fact about Maria.
+    decorate(e, "c1", "alex", "I booked the Lisbon flight for May 3.", T0);
+    let call = json!({"id": "n1", "type": "function", "function": {"name": "note", "arguments": json!({"notes": [
+        {"note": "She is allergic to peanuts.", "subject": "Maria", "object": "peanuts", "milestone": false}]}).to_string()}});
+    let reply = json!({"id": "r", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0,
+        "finish_reason": "stop", "message": {"role": "assistant", "content": "Great, enjoy Lisbon.", "tool_calls": [call]}}]});
+    e.report(ReportArgs { memory: "c1".into(), response: reply, now: Some(T0 + 1.0) }).unwrap();
+    e.end("c1", Some(T0 + 2.0)).unwrap();
+    while e.run_next_job("c1").unwrap() {}
+
+    // The next day, a new conversation: the core block, the recent turns of the other
+    // conversation, and (by the entity the message names, though no word of the fact is in
+    // it) the fact about Maria.
+    let info = decorate(e, "c2", "alex", "Plan a dinner menu for Maria.", T0 + DAY);
+    let across = &info["recall"]["across"];
+    let text = across_text(&info, e, "c2");
+    assert!(text.contains("[persona] Alex is a nurse"), "{text}");
+    assert!(text.contains("user: I booked the Lisbon flight for May 3."), "{text}");
+    assert!(text.contains("assistant: Great, enjoy Lisbon."), "{text}");
+    assert!(text.contains("She is allergic to peanuts."), "{text}");
+    assert_eq!(across["items"][0]["found_by"], "graph", "{across:#?}");
+    for tier in ["hot", "vector", "graph", "total"] {
+        assert!(across["ms"][tier].as_f64().is_some(), "{across:#?}");
+    }
+    // Another user of the agent gets none of it.
+    let info = decorate(e, "b1", "bea", "Plan a dinner menu for Maria.", T0 + DAY);
+    assert!(across_text(&info, e, "b1").is_empty());
+    // Forgetting the first conversation takes its turns out of the hot tier.
+    e.forget("c1").unwrap();
+    let hot = e.hot_state("coach", Some("alex")).unwrap();
+    assert!(hot["turns"].as_array().unwrap().iter().all(|t| t["memory"] != "c1"), "{hot:#?}");
+}

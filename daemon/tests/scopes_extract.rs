@@ -152,8 +152,8 @@ fn nothing_worth_keeping_stores_nothing_and_a_failure_is_retried() {
     assert!(facts(&e).is_empty());
 
     talk_and_end(&e, "m2", "We went with the annual plan in the end.");
-    // The first try fails: the job stays queued, nothing is stored.
-    assert!(!e.run_next_job("m2").unwrap());
+    // The first try fails (the lane stops at it): the job stays queued, nothing is stored.
+    while e.run_next_job("m2").unwrap() {}
     assert!(facts(&e).is_empty());
     assert!(e.has_waiting_job("m2").unwrap());
     // Tried again later, it stores the fact once.

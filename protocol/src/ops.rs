@@ -33,6 +33,8 @@ pub const OPS: &[&str] = &[
     "clear_memories",
     "update_memory",
     "doctor",
+    "core_block",
+    "hot",
 ];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -242,6 +244,9 @@ pub struct ScopeArgs {
     /// list_memories, search_memories: what was believed at this time.
     #[serde(default)]
     pub as_of: Option<f64>,
+    /// core_block: the block's name (its text in `text`; empty text removes it).
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 /// `memories_used`: the scope facts a conversation was shown.

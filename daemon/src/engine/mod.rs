@@ -556,9 +556,21 @@ impl Engine {
         });
         if !args.dry_run {
             let queued = st.has_new_jobs();
-            // What the cross-memory block showed is audited in the same transaction.
+            // The new user message joins its user's hot turns, and what the cross-memory block
+            // showed is audited, in the same transaction (under the agent's lock: other
+            // conversations of the user write the same hot record).
+            let hot = match (&st.memory.agent, new_user_seq) {
+                (Some(agent), Some(seq)) => Some((agent.clone(), st.memory.user.clone(), st.messages.iter().find(|m| m.seq == seq).map(|m| m.message.text.clone()).unwrap_or_default())),
+                _ => None,
+            };
+            let agent_lock = hot.as_ref().map(|(a, _, _)| self.agent_lock(a));
+            let _agent_held = agent_lock.as_ref().map(|l| l.lock().unwrap_or_else(|e| e.into_inner()));
             self.store.write(|w| {
                 st.save(w)?;
+                if let Some((agent, user, text)) = &hot {
+                    let turn = scopes::hot::HotTurn { memory: args.memory.clone(), role: "user".into(), text: text.clone(), at: now };
+                    scopes::hot::push_turn(w, agent, user.as_deref(), turn)?;
+                }
                 if let Some((agent, user, seq, items)) = &injected {
                     scopes::audit_inject(w, agent, &args.memory, user.as_deref(), *seq, items, now)?;
                 }
@@ -654,7 +666,23 @@ impl Engine {
         st.memory.updated_at = now;
         let again = retry::again(&response, &removed)?;
         let queued = st.has_new_jobs();
-        self.save_and_keep(st)?;
+        // The turn's final reply joins its user's hot turns (same transaction, agent's lock).
+        let hot = match (&st.memory.agent, kept.last().filter(|_| ends_turn)) {
+            (Some(agent), Some(m)) => Some((agent.clone(), st.memory.user.clone(), m.text.clone())),
+            _ => None,
+        };
+        let agent_lock = hot.as_ref().map(|(a, _, _)| self.agent_lock(a));
+        let _agent_held = agent_lock.as_ref().map(|l| l.lock().unwrap_or_else(|e| e.into_inner()));
+        self.store.write(|w| {
+            st.save(w)?;
+            if let Some((agent, user, text)) = &hot {
+                let turn = scopes::hot::HotTurn { memory: args.memory.clone(), role: "assistant".into(), text: text.clone(), at: now };
+                scopes::hot::push_turn(w, agent, user.as_deref(), turn)?;
+            }
+            Ok(())
+        })?;
+        st.mark_saved();
+        self.keep(st);
         if queued {
             self.notify_lane(&args.memory);
         }
@@ -696,7 +724,9 @@ impl Engine {
             cache.order.retain(|m| m != memory);
             cache.states.remove(memory);
         }
-        let agent = self.store.read(|r| r.get::<records::MemoryRecord>(crate::store::Table::Memories, &crate::store::keys::memory(memory)))?.and_then(|m| m.agent);
+        let record = self.store.read(|r| r.get::<records::MemoryRecord>(crate::store::Table::Memories, &crate::store::keys::memory(memory)))?;
+        let user = record.as_ref().and_then(|m| m.user.clone());
+        let agent = record.and_then(|m| m.agent);
         let agent_lock = agent.as_deref().map(|a| self.agent_lock(a));
         let _agent_held = agent_lock.as_ref().map(|l| l.lock().unwrap_or_else(|e| e.into_inner()));
         let now = now_or(None)?;
@@ -704,9 +734,11 @@ impl Engine {
             let mut removed = w.delete_memory(memory)?;
             // Its facts in its agent's scope go too, with what was distilled from them.
             if let Some(agent) = &agent {
-                let n = self.forget_in_scope(w, memory, agent, now)?;
-                if n > 0 {
-                    removed.push((crate::store::Table::ScopeFacts.name(), n));
+                let (facts, turns) = self.forget_in_scope(w, memory, agent, user.as_deref(), now)?;
+                for (table, n) in [(crate::store::Table::ScopeFacts, facts), (crate::store::Table::Hot, turns)] {
+                    if n > 0 {
+                        removed.push((table.name(), n));
+                    }
                 }
             }
             Ok(removed)

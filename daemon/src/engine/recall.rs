@@ -203,11 +203,13 @@ impl Engine {
         // Something to search: the memory's own facts and passages, or its agent's scope.
         let own = self.indexes.is_some() && record.as_ref().is_some_and(|r| r.next_fact > 0 || r.next_passage > 0);
         let agent = agent.or(record.as_ref().and_then(|r| r.agent.as_deref()));
-        let scope = agent.is_some_and(|a| {
-            self.store
-                .read(|r| super::scopes::agent_record(r, a))
-                .is_ok_and(|a| a.next_fact > 0 && self.policy_of(&a).captures())
-        });
+        // The agent's scope: its block shows core blocks and recent turns even with no facts;
+        // the message is embedded only when there are facts to compare it with.
+        let scope_record = agent
+            .and_then(|a| self.store.read(|r| super::scopes::agent_record(r, a)).ok())
+            .filter(|a| self.policy_of(a).captures());
+        let scope = scope_record.is_some();
+        let scope_facts = scope_record.is_some_and(|a| a.next_fact > 0);
         if !own && !scope {
             return None;
         }
@@ -221,7 +223,7 @@ impl Engine {
         let started = Instant::now();
         let mut vectors = Vec::new();
         let vector_index = self.indexes.as_ref().and_then(|i| i.vectors.as_ref());
-        if let Some(queue) = self.query_embedder.as_ref().filter(|_| vector_index.is_some() || scope) {
+        if let Some(queue) = self.query_embedder.as_ref().filter(|_| (own && vector_index.is_some()) || scope_facts) {
             let mut texts: Vec<String> = vec![text.to_owned()];
             let mut words = text.split_whitespace().count().min(MODEL_WINDOW_WORDS);
             for p in &parts {

@@ -204,7 +204,7 @@ async fn run(state: &Arc<AppState>, peer: &Peer, request: Request) -> Result<Val
             blocking(move || engine.memories_used(&a.memory)).await
         }
         "list_memories" | "search_memories" | "observe_memory" | "delete_memory" | "restore" | "consolidate"
-        | "sweep" | "audit" | "clear_memories" | "update_memory" | "doctor" => {
+        | "sweep" | "audit" | "clear_memories" | "update_memory" | "doctor" | "core_block" | "hot" => {
             let a: ScopeArgs = args(request.args)?;
             let op = request.op.clone();
             let engine = state.engine.clone();
@@ -307,6 +307,11 @@ fn scope_op(engine: &crate::engine::Engine, op: &str, a: ScopeArgs) -> Result<Va
             engine.update_scope_fact(&a.agent, user, need_id()?, change, a.now)
         }
         "doctor" => engine.doctor(&a.agent, a.now),
+        "core_block" => {
+            let name = a.name.as_deref().ok_or_else(|| EngineError::InvalidArgument("core_block needs `name`".into()))?;
+            engine.set_core_block(&a.agent, user, name, a.text.as_deref().unwrap_or(""), a.now)
+        }
+        "hot" => engine.hot_state(&a.agent, user),
         other => Err(EngineError::InvalidArgument(format!("not a scope op: {other}"))),
     }
 }

@@ -57,10 +57,12 @@ pub enum Table {
     ScopeFacts,
     /// agent id + time (µs) + number → an audit entry (append-only).
     Audit,
+    /// agent id + user → the user's hot state (recent turns across conversations, core blocks).
+    Hot,
 }
 
 impl Table {
-    const ALL: [Table; 17] = [
+    const ALL: [Table; 18] = [
         Table::Meta,
         Table::Memories,
         Table::Messages,
@@ -78,6 +80,7 @@ impl Table {
         Table::Agents,
         Table::ScopeFacts,
         Table::Audit,
+        Table::Hot,
     ];
 
     /// The table's name in LMDB (and in receipts).
@@ -100,6 +103,7 @@ impl Table {
             Table::Agents => "agents",
             Table::ScopeFacts => "scope_facts",
             Table::Audit => "audit",
+            Table::Hot => "hot",
         }
     }
 
@@ -109,7 +113,7 @@ impl Table {
     fn keyed_by_memory(self) -> MemoryKeying {
         match self {
             // Keyed by agent: a forgotten memory's scope facts are removed by `scopes`.
-            Table::Meta | Table::Agents | Table::ScopeFacts | Table::Audit => MemoryKeying::None,
+            Table::Meta | Table::Agents | Table::ScopeFacts | Table::Audit | Table::Hot => MemoryKeying::None,
             Table::Memories => MemoryKeying::Exact,
             _ => MemoryKeying::Prefix,
         }

@@ -7,8 +7,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use std::time::Instant;
+
 use super::records::{ScopeFact, Tier};
-use super::{agent_record, scope_facts, visible};
+use super::{agent_record, hot, scope_facts, visible};
 use crate::engine::passages::date;
 use crate::engine::{blocks, tokens, Engine, EngineError};
 use crate::models::cosine;
@@ -33,9 +35,36 @@ pub struct AcrossItem {
 /// Days over which recency weighs in (a fact this old counts half as recent as a new one).
 const RECENCY_HALF_DAYS: f64 = 30.0;
 
+/// What one tier found, and how long it took.
+struct Found<T> {
+    value: T,
+    ms: f64,
+}
+
+fn timed<T>(f: impl FnOnce() -> T) -> Found<T> {
+    let started = Instant::now();
+    let value = f();
+    Found { value, ms: started.elapsed().as_secs_f64() * 1e3 }
+}
+
+/// A fact a tier found: its relevance and which tier found it.
+struct Hit<'a> {
+    fact: &'a ScopeFact,
+    relevance: f32,
+    tier: &'static str,
+}
+
+/// Relevance given to a fact found because the message names one of its entities.
+const GRAPH_RELEVANCE: f32 = 0.5;
+/// Share of the block the hot tier's recent turns may take at most.
+const HOT_SHARE: u64 = 3;
+
 impl Engine {
-    /// The cross-memory block for `memory`'s new message (its text, and its vector when embedded),
-    /// in at most `room` tokens. Reads the store; changes nothing.
+    /// The cross-memory block for `memory`'s new message (its text, and its vector when
+    /// embedded), in at most `room` tokens. The three tiers are read concurrently: hot (the
+    /// user's core blocks and recent turns in other conversations), vector (scope facts by
+    /// relevance) and graph (scope facts about an entity the message names); then merged.
+    /// Reads the store; changes nothing.
     pub(crate) fn across_block(
         &self,
         memory: &str,
@@ -45,47 +74,119 @@ impl Engine {
         room: u64,
         now: f64,
     ) -> Result<(Option<AcrossSection>, Value), EngineError> {
+        let started = Instant::now();
         let (text, vector) = message;
-        let (rec, facts) = self.store.read(|r| Ok((agent_record(r, agent)?, scope_facts(r, agent)?)))?;
+        let rec = self.store.read(|r| agent_record(r, agent))?;
         let policy = self.policy_of(&rec);
         let budget = policy.budget_tokens.min(room);
         if !policy.captures() || budget == 0 {
             return Ok((None, json!({"policy": policy.name, "budget": budget, "items": []})));
         }
         let words = word_set(text);
-        let mut scored: Vec<(&ScopeFact, f32, f64)> = facts
-            .iter()
-            .filter(|f| f.is_active() && visible(f, rec.sharing, user))
-            // Its own conversation's facts are that conversation's to recall.
-            .filter(|f| f.origin.as_ref().is_none_or(|o| o.memory != memory))
-            .map(|f| {
-                let relevance = relevance(vector, &words, f);
-                let age_days = ((now - f.at) / 86_400.0).max(0.0);
-                let recency = 0.5f64.powf(age_days / RECENCY_HALF_DAYS);
-                let rank = relevance as f64 + 0.1 * rec.importance(f, now) as f64 + 0.05 * recency;
-                (f, relevance, rank)
-            })
-            .collect();
-        let best = scored.iter().map(|s| s.1).fold(None, |m: Option<f32>, r| Some(m.map_or(r, |m| m.max(r))));
-        scored.retain(|(_, relevance, _)| *relevance >= self.config.scopes.min_relevance);
-        let considered = scored.len();
-        scored.sort_by(|a, b| {
-            let tier = |f: &ScopeFact| u8::from(f.tier == Tier::Episodic);
-            tier(a.0).cmp(&tier(b.0)).then(b.2.total_cmp(&a.2)).then(a.0.n.cmp(&b.0.n))
+        let usable = |f: &ScopeFact| {
+            f.is_active()
+                && visible(f, rec.sharing, user)
+                // Its own conversation's facts are that conversation's to recall.
+                && f.origin.as_ref().is_none_or(|o| o.memory != memory)
+        };
+        let (hot, vector_tier, graph_tier) = std::thread::scope(|s| {
+            let hot = s.spawn(|| timed(|| self.store.read(|r| hot::state(r, agent, user))));
+            let graph = s.spawn(|| {
+                timed(|| -> Result<Vec<ScopeFact>, EngineError> {
+                    let facts = self.store.read(|r| scope_facts(r, agent))?;
+                    Ok(facts
+                        .into_iter()
+                        .filter(|f| usable(f) && (names(&words, &f.subject) || names(&words, &f.object)))
+                        .collect())
+                })
+            });
+            let vector_tier = timed(|| -> Result<Vec<(ScopeFact, f32)>, EngineError> {
+                let facts = self.store.read(|r| scope_facts(r, agent))?;
+                Ok(facts
+                    .into_iter()
+                    .filter(|f| usable(f))
+                    .map(|f| {
+                        let r = relevance(vector, &words, &f);
+                        (f, r)
+                    })
+                    .collect())
+            });
+            let hot = hot.join().expect("the hot tier's read does not panic");
+            let graph = graph.join().expect("the graph tier's read does not panic");
+            (hot, vector_tier, graph)
         });
-        let mut chosen: Vec<(&ScopeFact, f32)> = Vec::new();
-        let mut text_out = String::new();
-        let mut cost = 0u64;
-        for (f, relevance, _) in scored {
-            chosen.push((f, relevance));
-            let candidate = render(&chosen);
-            let c = tokens::text_tokens(&candidate) as u64 + 4;
-            if c > budget {
-                chosen.pop();
+        let hot_state = hot.value?;
+        let scored = vector_tier.value?;
+        let graph_facts = graph_tier.value?;
+        let best = scored.iter().map(|s| s.1).fold(None, |m: Option<f32>, r| Some(m.map_or(r, |m| m.max(r))));
+        // Merge: each fact once, with the best relevance a tier gave it.
+        let mut hits: Vec<Hit> = scored
+            .iter()
+            .filter(|(_, r)| *r >= self.config.scopes.min_relevance)
+            .map(|(f, r)| Hit { fact: f, relevance: *r, tier: "vector" })
+            .collect();
+        for g in &graph_facts {
+            match hits.iter_mut().find(|h| h.fact.n == g.n) {
+                Some(h) if h.relevance < GRAPH_RELEVANCE => {
+                    h.relevance = GRAPH_RELEVANCE;
+                    h.tier = "graph";
+                }
+                Some(_) => {}
+                None => hits.push(Hit { fact: g, relevance: GRAPH_RELEVANCE, tier: "graph" }),
+            }
+        }
+        let considered = hits.len();
+        let rank = |h: &Hit| {
+            let age_days = ((now - h.fact.at) / 86_400.0).max(0.0);
+            let recency = 0.5f64.powf(age_days / RECENCY_HALF_DAYS);
+            h.relevance as f64 + 0.1 * rec.importance(h.fact, now) as f64 + 0.05 * recency
+        };
+        hits.sort_by(|a, b| {
+            let tier = |f: &ScopeFact| u8::from(f.tier == Tier::Episodic);
+            tier(a.fact).cmp(&tier(b.fact)).then(rank(b).total_cmp(&rank(a))).then(a.fact.n.cmp(&b.fact.n))
+        });
+        // Fill: core blocks first (always), then facts, then recent turns of other
+        // conversations in what is left (at most a third of the block).
+        let mut out = String::from(blocks::ACROSS_HEADER);
+        for (name, body) in &hot_state.core {
+            out.push_str(&format!("\n[{name}] {body}"));
+        }
+        let mut cost = tokens::text_tokens(&out) as u64 + 4;
+        if cost > budget {
+            out = String::from(blocks::ACROSS_HEADER);
+            cost = tokens::text_tokens(&out) as u64 + 4;
+        }
+        let core_shown = out.len() > blocks::ACROSS_HEADER.len();
+        let mut chosen: Vec<&Hit> = Vec::new();
+        for h in &hits {
+            let line = fact_line(h.fact);
+            let c = tokens::text_tokens(&line) as u64 + 1;
+            if cost + c > budget {
                 continue;
             }
-            text_out = candidate;
-            cost = c;
+            out.push_str(&line);
+            cost += c;
+            chosen.push(h);
+        }
+        let hot_budget = (budget / HOT_SHARE).min(budget.saturating_sub(cost));
+        let mut hot_lines = Vec::new();
+        let mut hot_cost = 0;
+        for t in hot_state.turns.iter().rev().filter(|t| t.memory != memory) {
+            let line = format!("\n- {} {}: {}", date(t.at), t.role, t.text);
+            let c = tokens::text_tokens(&line) as u64 + 1;
+            if hot_cost + c > hot_budget {
+                break;
+            }
+            hot_cost += c;
+            hot_lines.push(line);
+        }
+        if !hot_lines.is_empty() {
+            out.push_str("\nLately, in this user's other conversations with the agent:");
+            hot_cost += 12;
+            for l in hot_lines.iter().rev() {
+                out.push_str(l);
+            }
+            cost += hot_cost;
         }
         let info = json!({
             "policy": policy.name,
@@ -94,18 +195,22 @@ impl Engine {
             "best_relevance": best,
             "by_meaning": vector.is_some(),
             "tokens": cost,
-            "items": chosen.iter().map(|(f, r)| json!({"id": f.n, "tier": f.tier, "relevance": r})).collect::<Vec<_>>(),
+            "core": hot_state.core.keys().collect::<Vec<_>>(),
+            "hot_turns": hot_lines.len(),
+            "items": chosen.iter().map(|h| json!({"id": h.fact.n, "tier": h.fact.tier, "relevance": h.relevance, "found_by": h.tier})).collect::<Vec<_>>(),
+            "ms": {"hot": hot.ms, "vector": vector_tier.ms, "graph": graph_tier.ms, "total": started.elapsed().as_secs_f64() * 1e3},
         });
-        if chosen.is_empty() {
+        if chosen.is_empty() && hot_lines.is_empty() && !core_shown {
             return Ok((None, info));
         }
+        let cost = tokens::text_tokens(&out) as u64 + 4;
         Ok((
             Some(AcrossSection {
-                text: text_out,
+                text: out,
                 tokens: cost,
                 items: chosen
                     .iter()
-                    .map(|(f, r)| AcrossItem { n: f.n, tier: f.tier, relevance: *r })
+                    .map(|h| AcrossItem { n: h.fact.n, tier: h.fact.tier, relevance: h.relevance })
                     .collect(),
             }),
             info,
@@ -113,22 +218,24 @@ impl Engine {
     }
 }
 
-fn render(chosen: &[(&ScopeFact, f32)]) -> String {
-    let mut out = String::from(blocks::ACROSS_HEADER);
-    for (f, _) in chosen {
-        let source = match f.tier {
-            Tier::Semantic => format!("agreed in {} conversations", f.sources.len().max(2)),
-            Tier::Episodic => "one conversation".into(),
-        };
-        out.push_str(&format!(
-            "\n- {} ({}; {}, {})",
-            f.text,
-            serde_json::to_value(f.kind).ok().and_then(|v| v.as_str().map(|s| s.replace('_', " "))).unwrap_or_default(),
-            source,
-            date(f.at)
-        ));
-    }
-    out
+/// Whether the message's words name the entity `name` (all of its words, stopwords aside).
+fn names(message: &std::collections::BTreeSet<String>, name: &str) -> bool {
+    let name = word_set(name);
+    !name.is_empty() && name.iter().all(|w| message.contains(w))
+}
+
+fn fact_line(f: &ScopeFact) -> String {
+    let source = match f.tier {
+        Tier::Semantic => format!("agreed in {} conversations", f.sources.len().max(2)),
+        Tier::Episodic => "one conversation".into(),
+    };
+    format!(
+        "\n- {} ({}; {}, {})",
+        f.text,
+        serde_json::to_value(f.kind).ok().and_then(|v| v.as_str().map(|s| s.replace('_', " "))).unwrap_or_default(),
+        source,
+        date(f.at)
+    )
 }
 
 /// A fact's relevance to a message: its cosine with the message or the words they share (see

@@ -18,6 +18,7 @@ mod block;
 mod consolidate;
 pub mod decay;
 mod handoff;
+pub mod hot;
 pub mod kinds;
 pub mod ops;
 pub mod policy;
@@ -81,6 +82,11 @@ pub(super) fn visible(f: &ScopeFact, sharing: Sharing, user: Option<&str>) -> bo
 
 pub(super) fn agent_record(r: &impl Read, agent: &str) -> Result<AgentRecord, StoreError> {
     Ok(r.get(Table::Agents, &keys::memory(agent))?.unwrap_or_else(|| AgentRecord::new(agent)))
+}
+
+/// The key of one user's record under an agent ("" for no user).
+pub(super) fn user_key(agent: &str, user: Option<&str>) -> Vec<u8> {
+    keys::name(agent, user.unwrap_or(""))
 }
 
 /// Every fact of the agent's scope, in number order.

@@ -570,8 +570,17 @@ impl Engine {
     }
 
     /// Removes a forgotten memory's facts from its agent's scope, with every fact distilled
-    /// from them (inside `forget_memory`'s transaction); returns how many.
-    pub(crate) fn forget_in_scope(&self, w: &mut Writer<'_>, memory: &str, agent: &str, now: f64) -> Result<u64, StoreError> {
+    /// from them, and its turns from its user's hot state (inside `forget_memory`'s
+    /// transaction); returns how many facts and turns went.
+    pub(crate) fn forget_in_scope(
+        &self,
+        w: &mut Writer<'_>,
+        memory: &str,
+        agent: &str,
+        user: Option<&str>,
+        now: f64,
+    ) -> Result<(u64, u64), StoreError> {
+        let turns = super::hot::forget_turns(w, agent, user, memory)?;
         let facts = scope_facts(&*w, agent)?;
         let from_memory: BTreeSet<u64> = facts
             .iter()
@@ -579,7 +588,7 @@ impl Engine {
             .map(|f| f.n)
             .collect();
         if from_memory.is_empty() {
-            return Ok(0);
+            return Ok((0, turns));
         }
         let removed = delete_with_derived(w, agent, &facts, from_memory)?;
         audit(w, agent, &AuditEntry {
@@ -588,9 +597,9 @@ impl Engine {
             memory: Some(memory.to_owned()),
             user: None,
             items: removed.clone(),
-            detail: json!({"why": "forget_memory"}),
+            detail: json!({"why": "forget_memory", "hot_turns": turns}),
         })?;
-        Ok(removed.len() as u64)
+        Ok((removed.len() as u64, turns))
     }
 }
 
