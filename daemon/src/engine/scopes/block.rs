@@ -168,7 +168,11 @@ impl Engine {
             cost += c;
             chosen.push(h);
         }
-        let hot_budget = (budget / HOT_SHARE).min(budget.saturating_sub(cost));
+        // The section's heading counts against the hot share too, so the block never
+        // outgrows its budget by the heading.
+        let hot_header = "\nLately, in this user's other conversations with the agent:";
+        let header_cost = tokens::text_tokens(hot_header) as u64 + 1;
+        let hot_budget = (budget / HOT_SHARE).min(budget.saturating_sub(cost)).saturating_sub(header_cost);
         let mut hot_lines = Vec::new();
         let mut hot_cost = 0;
         for t in hot_state.turns.iter().rev().filter(|t| t.memory != memory) {
@@ -181,12 +185,11 @@ impl Engine {
             hot_lines.push(line);
         }
         if !hot_lines.is_empty() {
-            out.push_str("\nLately, in this user's other conversations with the agent:");
-            hot_cost += 12;
+            out.push_str(hot_header);
             for l in hot_lines.iter().rev() {
                 out.push_str(l);
             }
-            cost += hot_cost;
+            cost += hot_cost + header_cost;
         }
         let info = json!({
             "policy": policy.name,
