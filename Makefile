@@ -12,7 +12,7 @@ export RECALLD_MODEL_DIR ?= $(MODEL_DIR)
 export RECALLD_BENCH_DIR ?= $(abspath $(REPO)/../shared/bench)
 
 .PHONY: run test model build build-release test-rust test-python test-ts test-e2e venv py-client ts-client bench bench-engine sdk-py bench-kill
-.PHONY: test-bench bench-replay bench-load
+.PHONY: test-bench bench-replay bench-load bench-tiers
 
 run: model build-release
 	./target/release/recalld serve
@@ -72,6 +72,13 @@ bench: model build-release py-client ts-client
 # Engine latency (decorate/report) at 1k, 10k and 100k stored messages.
 bench-engine: model build-release
 	cargo run --release -p recalld --example engine_bench
+
+# The cross-memory block's three tiers (hot, vector, graph) timed per decorate, and their bytes
+# per user (seed 003's targets: hot < 5 ms, vector < 50 ms, graph < 150 ms).
+TIERS_USERS ?= 20
+TIERS_FACTS ?= 200
+bench-tiers: model
+	cargo run --release -p recalld --example tiers_bench -- --users $(TIERS_USERS) --facts $(TIERS_FACTS)
 
 # Crash proof at scale: the kill -9 loop test with 1,000 kills (the suite runs 50).
 KILLS ?= 1000
