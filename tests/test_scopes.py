@@ -87,3 +87,39 @@ console.log(JSON.stringify({{ messages: out.request.messages, listed }}));
     )
     assert all("earlier conversations" not in (m.get("content") or "") for m in other["messages"]), other
     assert other["listed"]["memories"] == []
+
+
+HANDBOOK = """# Returns
+
+Unworn shoes may be returned within 30 days of delivery for a full refund.
+
+# Warranty
+
+The hiking boots carry a two-year warranty against sole separation and broken eyelets.
+"""
+
+
+def test_a_document_added_by_the_cli_is_shown_as_reference(daemon: str, tmp_path) -> None:
+    """The knowledge base through the real CLI, socket and built-in model: a document added
+    with `recalld documents add` answers a question of a new conversation, marked as reference."""
+    import os
+    import subprocess
+
+    from conftest import REPO
+
+    binary = os.environ.get("RECALLD_BIN") or str(REPO / "target" / "debug" / "recalld")
+    doc = tmp_path / "handbook.md"
+    doc.write_text(HANDBOOK)
+    out = subprocess.run(
+        [binary, "documents", "add", "shop", str(doc), "--socket", daemon], capture_output=True, text=True, check=True
+    )
+    added = json.loads(out.stdout)
+    assert added["name"] == "handbook.md" and added["chunks"] == 2 and added["by_meaning"], added
+    with recalld.Client(daemon) as c:
+        out = c.decorate(
+            "buyer-1", request("Is sole separation covered by the warranty on my boots?"), now=T0, agent="shop", user="kim"
+        )
+        shown = "\n".join(m["content"] for m in out["request"]["messages"] if m["role"] == "system")
+        assert "reference documents" in shown and "two-year warranty" in shown, shown
+        listed = c.call("list_documents", {"agent": "shop"})["documents"]
+        assert [d["name"] for d in listed] == ["handbook.md"]

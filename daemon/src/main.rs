@@ -91,12 +91,45 @@ enum Command {
         #[command(flatten)]
         at: Where,
     },
+    /// An agent's knowledge base: curated documents searched beside its memory.
+    Documents {
+        #[command(subcommand)]
+        action: DocumentsAction,
+    },
     /// Send any op with JSON arguments and print the reply (for scripts and debugging).
     Call {
         op: String,
         /// The op's arguments as a JSON object.
         #[arg(default_value = "{}")]
         args: String,
+        #[command(flatten)]
+        at: Where,
+    },
+}
+
+#[derive(Subcommand)]
+enum DocumentsAction {
+    /// Add a text or Markdown FILE (- for stdin) to AGENT's documents; a document of the same
+    /// name is replaced.
+    Add {
+        agent: String,
+        file: PathBuf,
+        /// The document's name (default: the file's name).
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// List AGENT's documents.
+    List {
+        agent: String,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// Remove document ID from AGENT's documents.
+    Remove {
+        agent: String,
+        id: u64,
         #[command(flatten)]
         at: Where,
     },
@@ -184,6 +217,7 @@ fn main() -> ExitCode {
                 json!({"restored": s.data_dir, "from": i.path, "memories": i.memories, "replaced_file_kept_at": kept})
             }))
         }
+        Command::Documents { action } => documents(action),
         Command::Forget { memory, at } => op(&at, "forget_memory", json!({ "memory": memory }), false),
         Command::Metrics { json, at } => {
             if json {
@@ -295,6 +329,28 @@ fn op(at: &Where, name: &str, args: Value, text: bool) -> Result<(), ExitCode> {
             eprintln!("recalld: {}: {e}", s.socket.display());
             Err(ExitCode::from(3))
         }
+    }
+}
+
+fn documents(action: DocumentsAction) -> Result<(), ExitCode> {
+    match action {
+        DocumentsAction::Add { agent, file, name, at } => {
+            let text = if file.as_os_str() == "-" {
+                std::io::read_to_string(std::io::stdin())
+            } else {
+                std::fs::read_to_string(&file)
+            }
+            .map_err(|e| {
+                eprintln!("recalld: cannot read {}: {e}", file.display());
+                ExitCode::from(2)
+            })?;
+            let name = name.unwrap_or_else(|| {
+                file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "stdin".into())
+            });
+            op(&at, "add_document", json!({"agent": agent, "name": name, "text": text}), false)
+        }
+        DocumentsAction::List { agent, at } => op(&at, "list_documents", json!({"agent": agent}), false),
+        DocumentsAction::Remove { agent, id, at } => op(&at, "remove_document", json!({"agent": agent, "id": id}), false),
     }
 }
 

@@ -318,3 +318,89 @@ fn the_hot_tier_core_blocks_and_the_graph_tier_reach_a_new_conversation() {
     let hot = e.hot_state("coach", Some("alex")).unwrap();
     assert!(hot["turns"].as_array().unwrap().iter().all(|t| t["memory"] != "c1"), "{hot:#?}");
 }
+
+/// Vectors from hashed words: texts that share no word are orthogonal.
+struct WordEmbedder;
+
+impl Embedder for WordEmbedder {
+    fn id(&self) -> ModelId {
+        ModelId { name: "test-words".into(), dim: 64 }
+    }
+    fn embed(&self, _: &CallCtx, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut v = vec![0f32; 64];
+                for w in t.to_lowercase().split(|c: char| !c.is_alphanumeric()).filter(|w| w.len() > 3) {
+                    let h = w.bytes().fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
+                    v[(h % 64) as usize] += 1.0;
+                }
+                v
+            })
+            .collect())
+    }
+}
+
+fn word_models() -> Models {
+    let embedder: Arc<dyn Embedder> = Arc::new(WordEmbedder);
+    Models {
+        embedder: embedder.clone(),
+        judge: Arc::new(CityJudge),
+        usage: Arc::new(Usage::default()),
+        request_embedder: embedder,
+        priority: Arc::default(),
+    }
+}
+
+/// The knowledge base with real indexes (tantivy, usearch) under the store.
+fn setup_indexed() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
+    Setup { engine: Engine::new(store, Some(word_models()), EngineConfig::default()), _dir: dir }
+}
+
+const HANDBOOK: &str = "# Returns\n\nUnworn shoes may be returned within 30 days of delivery for a full refund.\n\n\
+# Warranty\n\nThe hiking boots carry a two-year warranty against sole separation and broken eyelets.\n\n\
+# Shipping\n\nStandard shipping takes four business days; express ships overnight.";
+
+#[test]
+fn a_knowledge_base_answers_as_reference_and_its_indexes_come_back() {
+    let s = setup_indexed();
+    let e = &s.engine;
+    let added = e.add_document("coach", "handbook", HANDBOOK, Some(T0)).unwrap();
+    assert_eq!(added["chunks"], 3, "{added}");
+    assert_eq!(added["by_meaning"], true);
+    // (Each asks as another user: a user's own earlier turns would show in their block.)
+    let block = |memory: &str, user: &str, text: &str| {
+        let info = decorate(e, memory, user, text, T0 + DAY);
+        (across_text(&info, e, memory), info["recall"]["across"]["documents"].clone())
+    };
+    let (text, docs) = block("k1", "alex", "Does the warranty on my hiking boots cover sole separation?");
+    assert!(text.contains("reference documents"), "{text}");
+    assert!(text.contains("[handbook] Warranty: The hiking boots carry a two-year warranty"), "{text}");
+    assert!(!text.contains("Standard shipping"), "only what the message is about: {text}");
+    assert_eq!(docs[0]["name"], "handbook", "{docs:#?}");
+    // Small talk finds nothing.
+    assert!(block("k2", "bea", "Thanks, bye!").0.is_empty());
+
+    // Its indexes are caches: deleted, they are rebuilt from the store at start.
+    drop(s.engine);
+    std::fs::remove_dir_all(s._dir.path().join("index")).unwrap();
+    let store = Arc::new(Store::open(s._dir.path(), &StoreOptions::default()).unwrap());
+    let e = Engine::new(store, Some(word_models()), EngineConfig::default());
+    assert!(e.check_indexes().unwrap() >= 1);
+    let info = decorate(&e, "k3", "cy", "How long is the warranty on the boots?", T0 + DAY);
+    assert!(across_text(&info, &e, "k3").contains("two-year warranty"), "{info:#?}");
+
+    // The same name replaces it; removing it takes it out of the next block; both audited.
+    let again = e.add_document("coach", "handbook", "# Warranty\n\nBoots: five years.", Some(T0 + DAY)).unwrap();
+    assert_eq!(again["replaced"], 0);
+    assert_eq!(e.list_documents("coach").unwrap()["documents"].as_array().unwrap().len(), 1);
+    e.remove_document("coach", 1, Some(T0 + DAY)).unwrap();
+    let info = decorate(&e, "k4", "dee", "How long is the warranty on the boots?", T0 + DAY);
+    assert!(!across_text(&info, &e, "k4").contains("reference documents"), "{info:#?}");
+    let audit = e.audit_log("coach", None, None, None).unwrap().to_string();
+    assert!(audit.contains("add_document") && audit.contains("remove_document"), "{audit}");
+    assert!(e.add_document("coach", "", "x", None).is_err());
+    assert!(e.remove_document("coach", 7, None).is_err());
+}

@@ -35,6 +35,9 @@ pub const OPS: &[&str] = &[
     "doctor",
     "core_block",
     "hot",
+    "add_document",
+    "list_documents",
+    "remove_document",
 ];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -216,7 +219,8 @@ pub struct ScopeArgs {
     pub user: Option<String>,
     #[serde(default)]
     pub now: Option<f64>,
-    /// A scope fact's number (observe_memory, delete_memory, restore).
+    /// A scope fact's number (observe_memory, delete_memory, restore), or a document's
+    /// (remove_document).
     #[serde(default)]
     pub id: Option<u64>,
     /// search_memories' text.
@@ -244,7 +248,8 @@ pub struct ScopeArgs {
     /// list_memories, search_memories: what was believed at this time.
     #[serde(default)]
     pub as_of: Option<f64>,
-    /// core_block: the block's name (its text in `text`; empty text removes it).
+    /// core_block: the block's name (its text in `text`; empty text removes it). add_document:
+    /// the document's name (its text in `text`; the same name replaces it).
     #[serde(default)]
     pub name: Option<String>,
 }

@@ -189,7 +189,8 @@ impl Engine {
             tracing::info!(memory = %m, done = i, of = behind.len(), "bringing search indexes up to the store");
             self.update_indexes(m)?;
         }
-        Ok(behind.len())
+        // The agents' knowledge bases: rebuilt whole when behind (documents are few).
+        Ok(behind.len() + self.check_document_indexes()?)
     }
 
     /// Throws away a memory's indexes (the memory was forgotten).

@@ -209,7 +209,7 @@ impl Engine {
             .and_then(|a| self.store.read(|r| super::scopes::agent_record(r, a)).ok())
             .filter(|a| self.policy_of(a).captures());
         let scope = scope_record.is_some();
-        let scope_facts = scope_record.is_some_and(|a| a.next_fact > 0);
+        let scope_facts = scope_record.is_some_and(|a| a.next_fact > 0 || a.next_document > 0);
         if !own && !scope {
             return None;
         }

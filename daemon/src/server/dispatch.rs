@@ -204,7 +204,8 @@ async fn run(state: &Arc<AppState>, peer: &Peer, request: Request) -> Result<Val
             blocking(move || engine.memories_used(&a.memory)).await
         }
         "list_memories" | "search_memories" | "observe_memory" | "delete_memory" | "restore" | "consolidate"
-        | "sweep" | "audit" | "clear_memories" | "update_memory" | "doctor" | "core_block" | "hot" => {
+        | "sweep" | "audit" | "clear_memories" | "update_memory" | "doctor" | "core_block" | "hot" | "add_document"
+        | "list_documents" | "remove_document" => {
             let a: ScopeArgs = args(request.args)?;
             let op = request.op.clone();
             let engine = state.engine.clone();
@@ -312,6 +313,13 @@ fn scope_op(engine: &crate::engine::Engine, op: &str, a: ScopeArgs) -> Result<Va
             engine.set_core_block(&a.agent, user, name, a.text.as_deref().unwrap_or(""), a.now)
         }
         "hot" => engine.hot_state(&a.agent, user),
+        "add_document" => {
+            let name = a.name.as_deref().ok_or_else(|| EngineError::InvalidArgument("add_document needs `name`".into()))?;
+            let text = a.text.as_deref().ok_or_else(|| EngineError::InvalidArgument("add_document needs `text`".into()))?;
+            engine.add_document(&a.agent, name, text, a.now)
+        }
+        "list_documents" => engine.list_documents(&a.agent),
+        "remove_document" => engine.remove_document(&a.agent, need_id()?, a.now),
         other => Err(EngineError::InvalidArgument(format!("not a scope op: {other}"))),
     }
 }

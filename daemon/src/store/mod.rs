@@ -59,10 +59,12 @@ pub enum Table {
     Audit,
     /// agent id + user → the user's hot state (recent turns across conversations, core blocks).
     Hot,
+    /// agent id + number → a curated document of the agent's knowledge base, chunked.
+    Documents,
 }
 
 impl Table {
-    const ALL: [Table; 18] = [
+    const ALL: [Table; 19] = [
         Table::Meta,
         Table::Memories,
         Table::Messages,
@@ -81,6 +83,7 @@ impl Table {
         Table::ScopeFacts,
         Table::Audit,
         Table::Hot,
+        Table::Documents,
     ];
 
     /// The table's name in LMDB (and in receipts).
@@ -104,6 +107,7 @@ impl Table {
             Table::ScopeFacts => "scope_facts",
             Table::Audit => "audit",
             Table::Hot => "hot",
+            Table::Documents => "documents",
         }
     }
 
@@ -113,7 +117,7 @@ impl Table {
     fn keyed_by_memory(self) -> MemoryKeying {
         match self {
             // Keyed by agent: a forgotten memory's scope facts are removed by `scopes`.
-            Table::Meta | Table::Agents | Table::ScopeFacts | Table::Audit | Table::Hot => MemoryKeying::None,
+            Table::Meta | Table::Agents | Table::ScopeFacts | Table::Audit | Table::Hot | Table::Documents => MemoryKeying::None,
             Table::Memories => MemoryKeying::Exact,
             _ => MemoryKeying::Prefix,
         }

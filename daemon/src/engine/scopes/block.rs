@@ -145,8 +145,9 @@ impl Engine {
             let tier = |f: &ScopeFact| u8::from(f.tier == Tier::Episodic);
             tier(a.fact).cmp(&tier(b.fact)).then(rank(b).total_cmp(&rank(a))).then(a.fact.n.cmp(&b.fact.n))
         });
-        // Fill: core blocks first (always), then facts, then recent turns of other
-        // conversations in what is left (at most a third of the block).
+        // Fill: core blocks first (always), then facts, then excerpts of the agent's documents
+        // (at most half of what is left), then recent turns of other conversations (at most a
+        // third of the block).
         let mut out = String::from(blocks::ACROSS_HEADER);
         for (name, body) in &hot_state.core {
             out.push_str(&format!("\n[{name}] {body}"));
@@ -167,6 +168,30 @@ impl Engine {
             out.push_str(&line);
             cost += c;
             chosen.push(h);
+        }
+        // Reference: excerpts of the agent's documents, in at most half of what facts left.
+        let mut excerpts = Vec::new();
+        if rec.next_document > 0 {
+            let heading = "\nFrom the agent's reference documents (curated by its operator, not learned in conversations):";
+            let heading_cost = tokens::text_tokens(heading) as u64 + 1;
+            let room = budget.saturating_sub(cost) / 2;
+            let mut lines = String::new();
+            let mut used = heading_cost;
+            for x in self.search_documents(agent, text, vector)? {
+                let line = format!("\n- [{}] {}", x.name, x.text);
+                let c = tokens::text_tokens(&line) as u64 + 1;
+                if used + c > room {
+                    continue;
+                }
+                used += c;
+                lines.push_str(&line);
+                excerpts.push(x);
+            }
+            if !excerpts.is_empty() {
+                out.push_str(heading);
+                out.push_str(&lines);
+                cost += used;
+            }
         }
         // The section's heading counts against the hot share too, so the block never
         // outgrows its budget by the heading.
@@ -200,10 +225,11 @@ impl Engine {
             "tokens": cost,
             "core": hot_state.core.keys().collect::<Vec<_>>(),
             "hot_turns": hot_lines.len(),
+            "documents": excerpts.iter().map(|x| json!({"id": x.document, "name": x.name, "chunk": x.chunk, "relevance": x.relevance})).collect::<Vec<_>>(),
             "items": chosen.iter().map(|h| json!({"id": h.fact.n, "tier": h.fact.tier, "relevance": h.relevance, "found_by": h.tier})).collect::<Vec<_>>(),
             "ms": {"hot": hot.ms, "vector": vector_tier.ms, "graph": graph_tier.ms, "total": started.elapsed().as_secs_f64() * 1e3},
         });
-        if chosen.is_empty() && hot_lines.is_empty() && !core_shown {
+        if chosen.is_empty() && hot_lines.is_empty() && excerpts.is_empty() && !core_shown {
             return Ok((None, info));
         }
         let cost = tokens::text_tokens(&out) as u64 + 4;
@@ -274,7 +300,7 @@ pub(super) fn word_set(text: &str) -> std::collections::BTreeSet<String> {
 
 /// How much two word sets share: the larger of the shares of either set found in the other
 /// (a short question naming one topic, a long fact about it: both count).
-fn overlap(message: &std::collections::BTreeSet<String>, fact: &std::collections::BTreeSet<String>) -> f32 {
+pub(super) fn overlap(message: &std::collections::BTreeSet<String>, fact: &std::collections::BTreeSet<String>) -> f32 {
     if fact.is_empty() || message.is_empty() {
         return 0.0;
     }

@@ -17,6 +17,7 @@
 mod block;
 mod consolidate;
 pub mod decay;
+pub mod documents;
 mod handoff;
 pub mod hot;
 pub mod kinds;

@@ -35,6 +35,12 @@ pub struct AgentRecord {
     /// Per owner ("" for ownerless facts), the class weights its own signals taught.
     #[serde(default)]
     pub learned: std::collections::BTreeMap<String, super::decay::Weights>,
+    /// The number the agent's next document gets.
+    #[serde(default)]
+    pub next_document: u64,
+    /// Bumped by every document added or removed: what the document indexes are marked with.
+    #[serde(default)]
+    pub documents_version: u64,
 }
 
 impl AgentRecord {
@@ -74,6 +80,8 @@ impl AgentRecord {
             schedule: None,
             keep_weights: None,
             learned: Default::default(),
+            next_document: 0,
+            documents_version: 0,
         }
     }
 }
