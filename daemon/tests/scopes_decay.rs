@@ -404,3 +404,71 @@ fn a_knowledge_base_answers_as_reference_and_its_indexes_come_back() {
     assert!(e.add_document("coach", "", "x", None).is_err());
     assert!(e.remove_document("coach", 7, None).is_err());
 }
+
+/// In consolidation (asked for the agent), says "restates" of two facts about bullet points and
+/// counts the calls; at a handoff (asked for a conversation) relates nothing.
+struct BulletJudge(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Judge for BulletJudge {
+    fn name(&self) -> String {
+        "test-bullets".into()
+    }
+    fn boundaries(&self, _: &CallCtx, units: &[&str]) -> Result<Vec<BoundaryScore>, ModelError> {
+        Ok(units.iter().map(|_| BoundaryScore { first: 0.5, last: 0.5 }).collect())
+    }
+    fn about(&self, _: &CallCtx, _: &str, _: &[&str]) -> Result<(f32, bool), ModelError> {
+        Ok((0.5, false))
+    }
+    fn walk_levels(&self, _: &CallCtx, _: &str, facts: &[&str]) -> Result<Vec<WalkLevel>, ModelError> {
+        Ok(vec![WalkLevel::Unrelated; facts.len()])
+    }
+    fn distill(&self, _: &CallCtx, _: &[&str], _: &str) -> Result<Vec<usize>, ModelError> {
+        Ok(Vec::new())
+    }
+    fn relation(&self, ctx: &CallCtx, new: &str, held: &str) -> Result<Relation, ModelError> {
+        if ctx.memory != "coach" {
+            return Ok(Relation::Unrelated);
+        }
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(if new.contains("bullet") && held.contains("bullet") { Relation::Restates } else { Relation::Unrelated })
+    }
+}
+
+#[test]
+fn consolidation_asks_each_pair_once_and_waits_for_the_next_day_when_its_budget_is_spent() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let embedder: Arc<dyn Embedder> = Arc::new(LetterEmbedder);
+    let models = Models {
+        embedder: embedder.clone(),
+        judge: Arc::new(BulletJudge(calls.clone())),
+        usage: Arc::new(Usage::default()),
+        request_embedder: embedder,
+        priority: Arc::default(),
+    };
+    let mut config = EngineConfig { recall: false, ..EngineConfig::default() };
+    config.scopes.judge_calls_per_day = 1;
+    let e = Engine::new(store, Some(models), config);
+    let asked = || calls.load(std::sync::atomic::Ordering::SeqCst);
+    let semantic = |now: f64| listed(&e, "alex", ListFilter { tier: Some("semantic".into()), ..Default::default() }, now);
+
+    conversation(&e, "b1", "alex", "Bullets please.", &["Alex prefers answers in bullet points."], T0);
+    conversation(&e, "b2", "alex", "Bullets again.", &["Alex likes bullet points in answers."], T0 + 60.0);
+    assert_eq!(asked(), 1, "the one pair, within the day's budget of one");
+    conversation(&e, "b3", "alex", "And bullets.", &["Alex wants bullet points for answers."], T0 + 120.0);
+    assert_eq!(asked(), 1, "the budget is spent: the new pairs wait");
+    assert!(semantic(T0 + 200.0).is_empty(), "three agree, but only two are known to");
+    let today = e.consolidate("coach", Some("alex"), Some(T0 + 300.0)).unwrap();
+    assert_eq!(today["owners"]["alex"]["pairs"]["pairs_deferred"], 2, "{today:#}");
+    assert_eq!(asked(), 1);
+
+    // The next day: the pair judged yesterday is remembered, not asked again; one new call
+    // joins the third fact, and the three are distilled into one semantic fact.
+    let tomorrow = e.consolidate("coach", Some("alex"), Some(T0 + DAY + 300.0)).unwrap();
+    assert_eq!(asked(), 2, "{tomorrow:#}");
+    assert_eq!(tomorrow["owners"]["alex"]["pairs"]["pairs_remembered"], 1, "{tomorrow:#}");
+    let s = semantic(T0 + DAY + 400.0);
+    assert_eq!(s.len(), 1, "{s:#?}");
+    assert_eq!(s[0]["sources"].as_array().unwrap().len(), 3, "{s:#?}");
+}

@@ -61,10 +61,13 @@ pub enum Table {
     Hot,
     /// agent id + number → a curated document of the agent's knowledge base, chunked.
     Documents,
+    /// agent id + digest of two facts' texts → whether the judge said the newer restates the
+    /// older (each pair is asked once; a changed text is a new pair).
+    Verdicts,
 }
 
 impl Table {
-    const ALL: [Table; 19] = [
+    const ALL: [Table; 20] = [
         Table::Meta,
         Table::Memories,
         Table::Messages,
@@ -84,6 +87,7 @@ impl Table {
         Table::Audit,
         Table::Hot,
         Table::Documents,
+        Table::Verdicts,
     ];
 
     /// The table's name in LMDB (and in receipts).
@@ -108,6 +112,7 @@ impl Table {
             Table::Audit => "audit",
             Table::Hot => "hot",
             Table::Documents => "documents",
+            Table::Verdicts => "verdicts",
         }
     }
 
@@ -117,7 +122,7 @@ impl Table {
     fn keyed_by_memory(self) -> MemoryKeying {
         match self {
             // Keyed by agent: a forgotten memory's scope facts are removed by `scopes`.
-            Table::Meta | Table::Agents | Table::ScopeFacts | Table::Audit | Table::Hot | Table::Documents => MemoryKeying::None,
+            Table::Meta | Table::Agents | Table::ScopeFacts | Table::Audit | Table::Hot | Table::Documents | Table::Verdicts => MemoryKeying::None,
             Table::Memories => MemoryKeying::Exact,
             _ => MemoryKeying::Prefix,
         }

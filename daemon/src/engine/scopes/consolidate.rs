@@ -5,7 +5,9 @@
 //! with a semantic fact joins it as a source; semantic facts that agree merge into a new one.
 //!
 //! Agreement is the judge's `relation` (restates), asked only of pairs whose cosine reaches
-//! `agree_cosine`, so the judge's work grows with near pairs, not with all pairs. The text of
+//! `agree_cosine`, so the judge's work grows with near pairs, not with all pairs; each pair is
+//! asked once (its verdict is kept under a digest of the two texts), and at most
+//! `judge_calls_per_day` times a day per agent: once spent, the pairs left wait for a later day. The text of
 //! a semantic fact is its most central source's (the one nearest their mean vector): the
 //! model wrote it; nothing is invented.
 
@@ -41,8 +43,22 @@ impl Engine {
             .into_iter()
             .filter(|f| f.is_active() && f.owner.as_deref() == owner && !f.v.is_empty())
             .collect();
-        // Agreeing pairs, judged without a lock.
+        // Agreeing pairs, judged without a lock: remembered verdicts first, then the judge
+        // while the day's budget lasts.
         let ctx = CallCtx { memory: agent };
+        let day = (now / 86_400.0).floor() as i64;
+        let (spent, mut verdicts) = self.store.read(|r| {
+            let rec = agent_record(r, agent)?;
+            let mut verdicts = std::collections::HashMap::new();
+            r.visit(Table::Verdicts, &keys::memory_prefix(agent), &keys::memory_prefix(agent), |k, restates: bool| {
+                verdicts.insert(k.to_vec(), restates);
+                Ok(true)
+            })?;
+            Ok((if rec.judge_day == day { rec.judge_calls } else { 0 }, verdicts))
+        })?;
+        let mut left = self.config.scopes.judge_calls_per_day.saturating_sub(spent);
+        let mut new_verdicts: Vec<(Vec<u8>, bool)> = Vec::new();
+        let (mut remembered, mut deferred) = (0usize, 0usize);
         let mut parent: BTreeMap<u64, u64> = facts.iter().map(|f| (f.n, f.n)).collect();
         fn root(parent: &mut BTreeMap<u64, u64>, mut n: u64) -> u64 {
             while parent[&n] != n {
@@ -58,14 +74,34 @@ impl Engine {
                 if cosine(&a.v, &b.v) < self.config.scopes.agree_cosine || root(&mut parent, a.n) == root(&mut parent, b.n) {
                     continue;
                 }
-                judged += 1;
-                match models.judge.relation(&ctx, &b.text, &a.text) {
-                    Ok(Relation::Restates) => {
-                        let (ra, rb) = (root(&mut parent, a.n), root(&mut parent, b.n));
-                        parent.insert(ra.max(rb), ra.min(rb));
+                let key = verdict_key(agent, &b.text, &a.text);
+                let restates = match verdicts.get(&key) {
+                    Some(&r) => {
+                        remembered += 1;
+                        r
                     }
-                    Ok(_) => {}
-                    Err(e) => return Err(EngineError::Index(format!("judge failed during consolidation: {e}"))),
+                    None if left == 0 => {
+                        deferred += 1;
+                        continue;
+                    }
+                    None => {
+                        left -= 1;
+                        judged += 1;
+                        let r = match models.judge.relation(&ctx, &b.text, &a.text) {
+                            Ok(r) => r == Relation::Restates,
+                            Err(e) => {
+                                self.record_verdicts(agent, day, judged - 1, &new_verdicts)?;
+                                return Err(EngineError::Index(format!("judge failed during consolidation: {e}")));
+                            }
+                        };
+                        verdicts.insert(key.clone(), r);
+                        new_verdicts.push((key, r));
+                        r
+                    }
+                };
+                if restates {
+                    let (ra, rb) = (root(&mut parent, a.n), root(&mut parent, b.n));
+                    parent.insert(ra.max(rb), ra.min(rb));
                 }
             }
         }
@@ -87,8 +123,10 @@ impl Engine {
             })
             .map(|members| Group { members })
             .collect();
+        self.record_verdicts(agent, day, judged, &new_verdicts)?;
+        let pairs = json!({"pairs_judged": judged, "pairs_remembered": remembered, "pairs_deferred": deferred});
         if groups.is_empty() {
-            return Ok(json!({"distilled": [], "joined": [], "pairs_judged": judged}));
+            return Ok(json!({"distilled": [], "joined": [], "pairs": pairs, "pairs_judged": judged}));
         }
         // Apply under the agent's lock, from what the store holds now.
         let lock = self.agent_lock(agent);
@@ -150,8 +188,39 @@ impl Engine {
             }
             Ok(())
         })?;
-        Ok(json!({"distilled": distilled, "joined": joined, "pairs_judged": judged}))
+        Ok(json!({"distilled": distilled, "joined": joined, "pairs": pairs, "pairs_judged": judged}))
     }
+
+    /// Keeps the verdicts just judged and counts the calls against the agent's day.
+    fn record_verdicts(&self, agent: &str, day: i64, calls: usize, verdicts: &[(Vec<u8>, bool)]) -> Result<(), EngineError> {
+        if calls == 0 && verdicts.is_empty() {
+            return Ok(());
+        }
+        let lock = self.agent_lock(agent);
+        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.store.write(|w| {
+            for (k, r) in verdicts {
+                w.put(Table::Verdicts, k, r)?;
+            }
+            let mut rec = agent_record(&*w, agent)?;
+            if rec.judge_day != day {
+                rec.judge_day = day;
+                rec.judge_calls = 0;
+            }
+            rec.judge_calls += calls as u64;
+            w.put(Table::Agents, &keys::memory(agent), &rec)
+        })?;
+        Ok(())
+    }
+}
+
+/// Where the verdict on "`newer` restates `older`" is kept: the agent, then a digest of both
+/// texts (so a corrected text is asked again, and no text is stored twice).
+fn verdict_key(agent: &str, newer: &str, older: &str) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new().chain_update(newer.as_bytes()).chain_update([0u8]).chain_update(older.as_bytes()).finalize();
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    keys::name(agent, &hex)
 }
 
 /// The semantic fact of a group: its most central member's words, every member a source.

@@ -57,6 +57,9 @@ pub struct ScopesConfig {
     pub retention_days: Option<f64>,
     /// Hours between sweeps of an agent.
     pub sweep_hours: f64,
+    /// Judge calls consolidation may make per agent and day (UTC); once spent, the pairs
+    /// left wait for a consolidation on a later day.
+    pub judge_calls_per_day: u64,
 }
 
 impl Default for ScopesConfig {
@@ -68,6 +71,7 @@ impl Default for ScopesConfig {
             agree_cosine: 0.6,
             retention_days: None,
             sweep_hours: 24.0,
+            judge_calls_per_day: 1_000,
         }
     }
 }

@@ -41,6 +41,12 @@ pub struct AgentRecord {
     /// Bumped by every document added or removed: what the document indexes are marked with.
     #[serde(default)]
     pub documents_version: u64,
+    /// The day (days since 1970, UTC) `judge_calls` counts, and the judge calls consolidation
+    /// made that day (against `judge_calls_per_day`).
+    #[serde(default)]
+    pub judge_day: i64,
+    #[serde(default)]
+    pub judge_calls: u64,
 }
 
 impl AgentRecord {
@@ -82,6 +88,8 @@ impl AgentRecord {
             learned: Default::default(),
             next_document: 0,
             documents_version: 0,
+            judge_day: 0,
+            judge_calls: 0,
         }
     }
 }
