@@ -472,3 +472,63 @@ fn consolidation_asks_each_pair_once_and_waits_for_the_next_day_when_its_budget_
     assert_eq!(s.len(), 1, "{s:#?}");
     assert_eq!(s[0]["sources"].as_array().unwrap().len(), 3, "{s:#?}");
 }
+
+fn reply_remembering(note: &str) -> Value {
+    let call = json!({"id": "rem-1", "type": "function", "function": {"name": "remember", "arguments": json!({"note": note}).to_string()}});
+    json!({"id": "r", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0,
+        "finish_reason": "tool_calls", "message": {"role": "assistant", "content": "I'll check on that next time.", "tool_calls": [call]}}]})
+}
+
+fn tool_names(request: &Value) -> Vec<String> {
+    request["tools"].as_array().into_iter().flatten().filter_map(|t| t["function"]["name"].as_str().map(str::to_owned)).collect()
+}
+
+#[test]
+fn a_working_note_saved_with_remember_reaches_the_users_next_conversations_for_a_day() {
+    let s = setup_plain();
+    let e = &s.engine;
+    const NOTE: &str = "Alex's visa application waits on the bank statement; ask whether it arrived.";
+    let request = |memory: &str, agent: Option<&str>, user: &str, now: f64| {
+        e.decorate(DecorateArgs {
+            memory: memory.into(),
+            request: json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "Where does my visa application stand?"}]}),
+            now: Some(now),
+            dry_run: false,
+            ceiling: None,
+            agent: agent.map(str::to_owned),
+            user: Some(user.into()),
+            history: HistoryMode::Full,
+        })
+        .unwrap()
+    };
+    // Offered to a memory that names an agent; the call is taken out of the reply.
+    let out = request("w1", Some("coach"), "alex", T0);
+    assert!(tool_names(&out.request).contains(&"remember".to_string()), "{:#}", out.request);
+    let reply = e.report(ReportArgs { memory: "w1".into(), response: reply_remembering(NOTE), now: Some(T0 + 1.0) }).unwrap();
+    assert!(reply.response["choices"][0]["message"].get("tool_calls").is_none(), "{:#}", reply.response);
+    assert!(!reply.again, "the reply had an answer besides the note");
+    assert_eq!(e.hot_state("coach", Some("alex")).unwrap()["notes"][0]["text"], NOTE);
+
+    // The user's next conversation, an hour later, is shown it; another user's is not.
+    request("w2", Some("coach"), "alex", T0 + 3_600.0);
+    let text = across_text(&Value::Null, e, "w2");
+    assert!(text.contains("Working notes") && text.contains(NOTE), "{text}");
+    request("o1", Some("coach"), "bea", T0 + 3_600.0);
+    assert!(!across_text(&Value::Null, e, "o1").contains(NOTE));
+
+    // A day later it is gone from the block; the sweep reports it, and deletes it when live.
+    request("w3", Some("coach"), "alex", T0 + 25.0 * 3_600.0);
+    assert!(!across_text(&Value::Null, e, "w3").contains(NOTE));
+    assert_eq!(e.sweep("coach", T0 + 25.0 * 3_600.0).unwrap()["expired_working_notes"], 1);
+    assert_eq!(e.hot_state("coach", Some("alex")).unwrap()["notes"].as_array().unwrap().len(), 1, "report mode changes nothing");
+    live(e);
+    assert_eq!(e.sweep("coach", T0 + 26.0 * 3_600.0).unwrap()["expired_working_notes"], 1);
+    assert!(e.hot_state("coach", Some("alex")).unwrap()["notes"].as_array().unwrap().is_empty());
+
+    // Without an agent the tool is not offered, and a tool of the agent's own by that name is
+    // left alone.
+    let out = request("plain", None, "alex", T0);
+    assert!(!tool_names(&out.request).contains(&"remember".to_string()));
+    let reply = e.report(ReportArgs { memory: "plain".into(), response: reply_remembering(NOTE), now: Some(T0 + 1.0) }).unwrap();
+    assert_eq!(reply.response["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "remember");
+}

@@ -15,21 +15,49 @@ pub(super) struct NoteCosts {
     pub(super) tool_chat: u64,
     pub(super) tool_responses: u64,
     pub(super) tool_messages: u64,
+    /// The remember tool's, per format (chat, responses, messages); zero when none is offered.
+    remember: [u64; 3],
 }
 
 impl NoteCosts {
-    pub(super) fn new(tool: &str) -> NoteCosts {
+    pub(super) fn new(tool: &str, remember: &str) -> NoteCosts {
         let count = |format| tokens::text_tokens(&formats::note_tool(format, tool).to_string()) as u64;
+        let remember_count = |format| {
+            if remember.is_empty() {
+                0
+            } else {
+                tokens::text_tokens(&formats::remember_tool(format, remember).to_string()) as u64
+            }
+        };
         NoteCosts {
             ask: tokens::text_tokens(&blocks::note_ask(1, 1, tool)) as u64 + 4,
             tool_chat: count(Format::ChatCompletions),
             tool_responses: count(Format::Responses),
             tool_messages: count(Format::AnthropicMessages),
+            remember: [
+                remember_count(Format::ChatCompletions),
+                remember_count(Format::Responses),
+                remember_count(Format::AnthropicMessages),
+            ],
         }
+    }
+
+    fn remember(&self, format: Format) -> u64 {
+        self.remember[match format {
+            Format::ChatCompletions => 0,
+            Format::Responses => 1,
+            Format::AnthropicMessages => 2,
+        }]
     }
 }
 
 impl Engine {
+    /// Whether this memory's model is offered the remember tool: it names an agent (whose
+    /// scope its working notes reach) and the tool has a name.
+    pub(super) fn offers_remember(&self, st: &State) -> bool {
+        st.memory.agent.is_some() && !self.config.scopes.remember_tool.is_empty()
+    }
+
     /// Sizes and the budget for the request as it would be assembled now.
     pub(super) fn measure(&self, st: &State, parsed: &formats::ParsedRequest, ratio: Option<f64>) -> Measure {
         let ceiling = st.memory.ceiling.unwrap_or(self.config.ceiling);
@@ -52,6 +80,9 @@ impl Engine {
             Format::Responses => self.note_costs.tool_responses,
             Format::AnthropicMessages => self.note_costs.tool_messages,
         };
+        if self.offers_remember(st) {
+            fixed += self.note_costs.remember(parsed.format);
+        }
         let fixed = tokens::corrected(fixed, ratio);
         let history: Vec<&StoredMessage> = st.history().collect();
         let current = st.memory.turn;
@@ -206,6 +237,9 @@ impl Engine {
         if let Some(text) = &ask {
             messages.push(Message::new(format, role, text.clone()));
             extra_tools.push(formats::note_tool(format, &self.config.note_tool));
+        }
+        if self.offers_remember(st) {
+            extra_tools.push(formats::remember_tool(format, &self.config.scopes.remember_tool));
         }
         let request = formats::render_request(format, &parsed.instructions, &messages, &parsed.rest, &extra_tools);
         Assembled {

@@ -201,7 +201,7 @@ impl Engine {
     /// `models` is None only where a judge is not wanted (tests of the mechanism alone); then
     /// cuts go by size and facts are not scored against episodes.
     pub fn new(store: Arc<Store>, models: Option<Models>, config: EngineConfig) -> Engine {
-        let note_costs = NoteCosts::new(&config.note_tool);
+        let note_costs = NoteCosts::new(&config.note_tool, &config.scopes.remember_tool);
         let dim = models.as_ref().map(|m| m.embedder.id().dim);
         let indexes = if !config.recall {
             None
@@ -596,12 +596,23 @@ impl Engine {
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut st = self.take_state(&args.memory, now)?;
         let tool = self.config.note_tool.clone();
-        let (response, removed) = formats::remove_tool_calls(&args.response, &tool);
-        let kept: Vec<_> = parsed
-            .messages
-            .iter()
-            .filter_map(|m| m.without_tool_calls(&tool))
-            .collect();
+        // The remember tool is ours only where we offered it: a memory that names an agent.
+        let remember = Some(self.config.scopes.remember_tool.clone()).filter(|_| self.offers_remember(&st));
+        let (response, mut removed) = formats::remove_tool_calls(&args.response, &tool);
+        let (response, remembered) = match &remember {
+            Some(r) => formats::remove_tool_calls(&response, r),
+            None => (response, Vec::new()),
+        };
+        removed.extend(remembered.iter().cloned());
+        // A reply message as the client keeps it: without our calls.
+        let without_ours = |m: &formats::Message| {
+            let m = m.without_tool_calls(&tool)?;
+            match &remember {
+                Some(r) => m.without_tool_calls(r),
+                None => Some(m),
+            }
+        };
+        let kept: Vec<_> = parsed.messages.iter().filter_map(without_ours).collect();
         if retry::already_reported(&st.messages, &kept) {
             tracing::debug!(memory = %args.memory, "report retried; already stored");
             let again = retry::again(&response, &removed)?;
@@ -616,8 +627,8 @@ impl Engine {
                     message: m.clone(),
                 });
             }
-            // What the client will hold in its history: the reply without the note call.
-            if let Some(rest) = m.without_tool_calls(&tool) {
+            // What the client will hold in its history: the reply without our calls.
+            if let Some(rest) = without_ours(m) {
                 let stored = StoredMessage::new(&st.memory, rest, now, Source::Reply);
                 st.push_message(stored);
             }
@@ -671,13 +682,29 @@ impl Engine {
             (Some(agent), Some(m)) => Some((agent.clone(), st.memory.user.clone(), m.text.clone())),
             _ => None,
         };
-        let agent_lock = hot.as_ref().map(|(a, _, _)| self.agent_lock(a));
+        // Working notes the model saved with the remember tool (a malformed call saves nothing).
+        let notes_saved: Vec<String> = remembered
+            .iter()
+            .filter_map(|c| match formats::remember_arguments(c) {
+                Ok(text) if !text.trim().is_empty() => Some(text.trim().to_owned()),
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::warn!(memory = %args.memory, error = %e, "a remember call that cannot be read saves nothing");
+                    None
+                }
+            })
+            .collect();
+        let agent = st.memory.agent.clone().filter(|_| hot.is_some() || !notes_saved.is_empty());
+        let agent_lock = agent.as_ref().map(|a| self.agent_lock(a));
         let _agent_held = agent_lock.as_ref().map(|l| l.lock().unwrap_or_else(|e| e.into_inner()));
         self.store.write(|w| {
             st.save(w)?;
             if let Some((agent, user, text)) = &hot {
                 let turn = scopes::hot::HotTurn { memory: args.memory.clone(), role: "assistant".into(), text: text.clone(), at: now };
                 scopes::hot::push_turn(w, agent, user.as_deref(), turn)?;
+            }
+            if let (Some(agent), false) = (&agent, notes_saved.is_empty()) {
+                scopes::save_working_notes(w, self, agent, st.memory.user.as_deref(), &args.memory, &notes_saved, now)?;
             }
             Ok(())
         })?;

@@ -63,16 +63,70 @@ pub fn note_tool(format: Format, name: &str) -> Value {
         "required": ["notes"],
         "additionalProperties": false
     });
+    function_tool(format, name, DESCRIPTION, parameters)
+}
+
+/// A function tool in `format`'s shape (see [`note_tool`]).
+fn function_tool(format: Format, name: &str, description: &str, parameters: Value) -> Value {
     match format {
         Format::ChatCompletions => json!({
             "type": "function",
-            "function": {"name": name, "description": DESCRIPTION, "parameters": parameters, "strict": true}
+            "function": {"name": name, "description": description, "parameters": parameters, "strict": true}
         }),
         Format::Responses => json!({
-            "type": "function", "name": name, "description": DESCRIPTION,
+            "type": "function", "name": name, "description": description,
             "parameters": parameters, "strict": true
         }),
-        Format::AnthropicMessages => json!({"name": name, "description": DESCRIPTION, "input_schema": parameters}),
+        Format::AnthropicMessages => json!({"name": name, "description": description, "input_schema": parameters}),
+    }
+}
+
+const REMEMBER_DESCRIPTION: &str = "Save a short working note for this user's next conversations \
+with you (the next 24 hours): something to carry over that is not yet a settled fact, such as a \
+task in progress or what to check next. Call it alongside your answer; it returns nothing.";
+
+/// The `remember` tool (seed 002's working tier), offered to memories that name an agent.
+pub fn remember_tool(format: Format, name: &str) -> Value {
+    let parameters = json!({
+        "type": "object",
+        "properties": {
+            "note": {"type": "string", "description": "The working note, readable on its own (at most 4,000 characters)."}
+        },
+        "required": ["note"],
+        "additionalProperties": false
+    });
+    function_tool(format, name, REMEMBER_DESCRIPTION, parameters)
+}
+
+/// The text of a remember call: `{"note": "..."}` (or the note as a bare string, or arguments
+/// encoded twice). Anything else is an error naming the place.
+pub fn remember_arguments(call: &ToolCall) -> Result<String, FormatError> {
+    let json = |s: &str| {
+        serde_json::from_str::<Value>(s).map_err(|e| FormatError::Json {
+            at: "arguments".into(),
+            message: e.to_string(),
+        })
+    };
+    let mut v = json(&call.arguments)?;
+    if let Value::String(s) = &v {
+        v = json(s).unwrap_or(Value::String(s.clone()));
+    }
+    match &v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Object(m) => match m.get("note") {
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(other) => Err(FormatError::WrongType {
+                at: "note".into(),
+                expected: "a string",
+                found: kind_of(other),
+            }),
+            None => Err(FormatError::Missing { at: "note".into() }),
+        },
+        other => Err(FormatError::WrongType {
+            at: "arguments".into(),
+            expected: "an object with a note",
+            found: kind_of(other),
+        }),
     }
 }
 

@@ -485,6 +485,16 @@ impl Writer<'_> {
         Ok(out)
     }
 
+    /// Keys and values under `prefix`, in key order (what a change must write back to).
+    pub fn scan_keyed<V: DeserializeOwned>(&self, table: Table, prefix: &[u8]) -> Result<Vec<(Vec<u8>, V)>, StoreError> {
+        let mut out = Vec::new();
+        scan_in(&self.txn, self.store.db(table), prefix, prefix, |k, v| {
+            out.push((k.to_vec(), decode(table, v)?));
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
     pub fn put<V: Serialize + ?Sized>(&mut self, table: Table, key: &[u8], value: &V) -> Result<(), StoreError> {
         check_key(key)?;
         let bytes = rmp_serde::to_vec_named(value).map_err(|e| StoreError::Encode {

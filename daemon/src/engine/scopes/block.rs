@@ -158,6 +158,28 @@ impl Engine {
             cost = tokens::text_tokens(&out) as u64 + 4;
         }
         let core_shown = out.len() > blocks::ACROSS_HEADER.len();
+        // Working notes the model saved for this user (live a day), newest first, as room allows.
+        let mut notes_shown = 0;
+        let notes: Vec<_> = hot_state.live_notes(now).collect();
+        if !notes.is_empty() {
+            let heading = "\nWorking notes saved in this user's recent conversations:";
+            let mut section = String::from(heading);
+            let mut used = tokens::text_tokens(heading) as u64 + 1;
+            for n in notes.iter().rev() {
+                let line = format!("\n- {} {}", date(n.at), n.text);
+                let c = tokens::text_tokens(&line) as u64 + 1;
+                if cost + used + c > budget {
+                    break;
+                }
+                used += c;
+                section.push_str(&line);
+                notes_shown += 1;
+            }
+            if notes_shown > 0 {
+                out.push_str(&section);
+                cost += used;
+            }
+        }
         let mut chosen: Vec<&Hit> = Vec::new();
         for h in &hits {
             let line = fact_line(h.fact);
@@ -225,11 +247,12 @@ impl Engine {
             "tokens": cost,
             "core": hot_state.core.keys().collect::<Vec<_>>(),
             "hot_turns": hot_lines.len(),
+            "working_notes": notes_shown,
             "documents": excerpts.iter().map(|x| json!({"id": x.document, "name": x.name, "chunk": x.chunk, "relevance": x.relevance})).collect::<Vec<_>>(),
             "items": chosen.iter().map(|h| json!({"id": h.fact.n, "tier": h.fact.tier, "relevance": h.relevance, "found_by": h.tier})).collect::<Vec<_>>(),
             "ms": {"hot": hot.ms, "vector": vector_tier.ms, "graph": graph_tier.ms, "total": started.elapsed().as_secs_f64() * 1e3},
         });
-        if chosen.is_empty() && hot_lines.is_empty() && excerpts.is_empty() && !core_shown {
+        if chosen.is_empty() && hot_lines.is_empty() && excerpts.is_empty() && notes_shown == 0 && !core_shown {
             return Ok((None, info));
         }
         let cost = tokens::text_tokens(&out) as u64 + 4;

@@ -1,7 +1,9 @@
 //! The hot tier (seed 003): per agent and user, the last turns across that user's conversations
 //! with the agent, and core blocks: short, named, editable texts ("persona", "user", ...) that
-//! are always in the cross-memory block. One small record per user, read at every new user
-//! message and written in the same transaction as the turn that changes it.
+//! are always in the cross-memory block, and working notes: what the model saved with the
+//! `remember` tool for the user's next conversations, kept 24 hours (seed 002's working tier).
+//! One small record per user, read at every new user message and written in the same
+//! transaction as the turn that changes it.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -20,6 +22,9 @@ const TURN_CHARS: usize = 400;
 /// Longest core block, in characters; and how many a user may have.
 pub const CORE_CHARS: usize = 2_000;
 pub const CORE_BLOCKS: usize = 8;
+/// How long a working note lives, and how many a user keeps (the newest).
+pub const WORKING_HOURS: f64 = 24.0;
+pub const WORKING_NOTES: usize = 20;
 
 /// One user's hot state with an agent.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -27,6 +32,25 @@ pub struct UserState {
     pub turns: VecDeque<HotTurn>,
     /// name → text.
     pub core: BTreeMap<String, String>,
+    /// Working notes, oldest first; expired ones are dropped at the next write or sweep.
+    #[serde(default)]
+    pub notes: Vec<WorkingNote>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WorkingNote {
+    /// The conversation whose model saved it.
+    pub memory: String,
+    pub text: String,
+    pub at: f64,
+    pub expires: f64,
+}
+
+impl UserState {
+    /// The working notes still alive at `now`.
+    pub fn live_notes(&self, now: f64) -> impl Iterator<Item = &WorkingNote> {
+        self.notes.iter().filter(move |n| n.expires > now)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -55,12 +79,49 @@ pub fn push_turn(w: &mut Writer<'_>, agent: &str, user: Option<&str>, turn: HotT
     w.put(Table::Hot, &user_key(agent, user), &st)
 }
 
-/// Removes a forgotten conversation's turns from its user's hot state; returns how many.
+/// Saves a working note (inside the reply's own transaction); expired and surplus notes go.
+pub fn push_note(w: &mut Writer<'_>, agent: &str, user: Option<&str>, memory: &str, text: &str, now: f64) -> Result<(), StoreError> {
+    let mut st = state(&*w, agent, user)?;
+    st.notes.retain(|n| n.expires > now);
+    st.notes.push(WorkingNote {
+        memory: memory.to_owned(),
+        text: text.chars().take(super::MAX_TEXT_CHARS).collect(),
+        at: now,
+        expires: now + WORKING_HOURS * 3_600.0,
+    });
+    if st.notes.len() > WORKING_NOTES {
+        let over = st.notes.len() - WORKING_NOTES;
+        st.notes.drain(..over);
+    }
+    w.put(Table::Hot, &user_key(agent, user), &st)
+}
+
+/// The expired working notes of every user of an agent, dropped when `apply` (the sweep, live);
+/// returns how many.
+pub fn drop_expired_notes(w: &mut Writer<'_>, agent: &str, now: f64, apply: bool) -> Result<usize, StoreError> {
+    let prefix = crate::store::keys::memory_prefix(agent);
+    let mut dropped = 0;
+    for (k, mut st) in w.scan_keyed::<UserState>(Table::Hot, &prefix)? {
+        let before = st.notes.len();
+        st.notes.retain(|n| n.expires > now);
+        if st.notes.len() != before {
+            dropped += before - st.notes.len();
+            if apply {
+                w.put(Table::Hot, &k, &st)?;
+            }
+        }
+    }
+    Ok(dropped)
+}
+
+/// Removes a forgotten conversation's turns and working notes from its user's hot state;
+/// returns how many.
 pub fn forget_turns(w: &mut Writer<'_>, agent: &str, user: Option<&str>, memory: &str) -> Result<u64, StoreError> {
     let mut st = state(&*w, agent, user)?;
-    let before = st.turns.len();
+    let before = st.turns.len() + st.notes.len();
     st.turns.retain(|t| t.memory != memory);
-    let removed = (before - st.turns.len()) as u64;
+    st.notes.retain(|n| n.memory != memory);
+    let removed = (before - st.turns.len() - st.notes.len()) as u64;
     if removed > 0 {
         w.put(Table::Hot, &user_key(agent, user), &st)?;
     }
@@ -108,6 +169,6 @@ impl Engine {
     /// `hot`: a user's hot state (recent turns across conversations, core blocks).
     pub fn hot_state(&self, agent: &str, user: Option<&str>) -> Result<Value, EngineError> {
         let st = self.store.read(|r| state(r, agent, user))?;
-        Ok(json!({"agent": agent, "user": user, "turns": st.turns, "core": st.core}))
+        Ok(json!({"agent": agent, "user": user, "turns": st.turns, "core": st.core, "notes": st.notes}))
     }
 }

@@ -60,6 +60,9 @@ pub struct ScopesConfig {
     /// Judge calls consolidation may make per agent and day (UTC); once spent, the pairs
     /// left wait for a consolidation on a later day.
     pub judge_calls_per_day: u64,
+    /// The tool offered to the model of a memory that names an agent, to save a working note
+    /// for the user's next conversations ("" offers none).
+    pub remember_tool: String,
 }
 
 impl Default for ScopesConfig {
@@ -72,6 +75,7 @@ impl Default for ScopesConfig {
             retention_days: None,
             sweep_hours: 24.0,
             judge_calls_per_day: 1_000,
+            remember_tool: "remember".into(),
         }
     }
 }
@@ -137,6 +141,33 @@ pub(super) fn audit_inject(
         user: user.map(str::to_owned),
         items: items.to_vec(),
         detail: serde_json::json!({"before_message": seq}),
+    })
+}
+
+/// Saves the working notes a reply's remember calls hold (inside report's transaction, under
+/// the agent's lock), when the agent's policy captures anything; audited (`remember`).
+pub(super) fn save_working_notes(
+    w: &mut Writer<'_>,
+    engine: &Engine,
+    agent: &str,
+    user: Option<&str>,
+    memory: &str,
+    notes: &[String],
+    now: f64,
+) -> Result<(), StoreError> {
+    if !engine.policy_of(&agent_record(&*w, agent)?).captures() {
+        return Ok(());
+    }
+    for text in notes {
+        hot::push_note(w, agent, user, memory, text, now)?;
+    }
+    audit(w, agent, &AuditEntry {
+        at: now,
+        action: "remember".into(),
+        memory: Some(memory.to_owned()),
+        user: user.map(str::to_owned),
+        items: Vec::new(),
+        detail: serde_json::json!({"notes": notes.len()}),
     })
 }
 

@@ -116,10 +116,12 @@ impl Engine {
             .collect();
         rec.last_sweep = Some(now);
         let mut promoted = Vec::new();
+        let mut expired_notes = 0;
         let next_fact = rec.next_fact;
         self.store.write(|w| {
             promoted.clear();
             rec.next_fact = next_fact;
+            expired_notes = super::hot::drop_expired_notes(w, agent, now, live)?;
             if live {
                 for (n, action) in &plan {
                     let key = keys::seq(agent, *n);
@@ -158,10 +160,13 @@ impl Engine {
                 memory: None,
                 user: None,
                 items: plan.iter().map(|(n, _)| *n).collect(),
-                detail: json!({"mode": if live { "live" } else { "report" }, "plan": report, "promoted": promoted}),
+                detail: json!({"mode": if live { "live" } else { "report" }, "plan": report, "promoted": promoted, "expired_working_notes": expired_notes}),
             })
         })?;
-        Ok(json!({"agent": agent, "mode": if live { "live" } else { "report" }, "policy": policy.name, "plan": report, "promoted": promoted}))
+        Ok(json!({
+            "agent": agent, "mode": if live { "live" } else { "report" }, "policy": policy.name, "plan": report,
+            "promoted": promoted, "expired_working_notes": expired_notes,
+        }))
     }
 
     /// Sweeps every agent whose last sweep is older than `sweep_hours` (the daemon's timer).
