@@ -163,3 +163,28 @@ fn nothing_worth_keeping_stores_nothing_and_a_failure_is_retried() {
     assert_eq!(got[0]["kind"], "decision");
     assert_eq!(judge.calls.load(Ordering::SeqCst), 3);
 }
+
+#[test]
+fn working_notes_are_read_with_the_unnoted_turns() {
+    let (e, judge, _dir) = setup(vec![Ok(vec![])]);
+    e.decorate(DecorateArgs {
+        memory: "w".into(),
+        request: json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "Remind me about the renewal."}]}),
+        now: Some(T0),
+        dry_run: false,
+        ceiling: None,
+        agent: Some("ops".into()),
+        user: Some("alex".into()),
+        history: HistoryMode::Full,
+    })
+    .unwrap();
+    let call = json!({"id": "rem", "type": "function", "function": {"name": "remember", "arguments": "{\"note\": \"The domain renewal is due on March 3.\"}"}});
+    let reply = json!({"id": "r", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0,
+        "finish_reason": "tool_calls", "message": {"role": "assistant", "content": "I will.", "tool_calls": [call]}}]});
+    e.report(ReportArgs { memory: "w".into(), response: reply, now: Some(T0 + 5.0) }).unwrap();
+    e.end("w", Some(T0 + 60.0)).unwrap();
+    while e.run_next_job("w").unwrap() {}
+    let read = judge.read.lock().unwrap()[0].clone();
+    assert!(read.contains("user: Remind me about the renewal."), "{read}");
+    assert!(read.contains("assistant (working note): The domain renewal is due on March 3."), "{read}");
+}

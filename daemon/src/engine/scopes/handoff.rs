@@ -35,6 +35,8 @@ struct Snapshot {
     transcript: String,
     /// When the last of those turns was stored (extracted facts are dated by it).
     transcript_at: Option<f64>,
+    /// When the first of them was (working notes saved since are read with them).
+    transcript_from: Option<f64>,
     next_seq: u64,
 }
 
@@ -64,6 +66,7 @@ impl Engine {
         let snap = self.peek(memory, |st| {
             let agent = st.memory.agent.clone()?;
             let mark = st.memory.handed_off;
+            let (transcript, transcript_from) = unnoted_transcript(st);
             Some(Snapshot {
                 agent,
                 user: st.memory.user.clone(),
@@ -77,11 +80,22 @@ impl Engine {
                     .into_iter()
                     .collect(),
                 next_fact: st.memory.next_fact,
-                transcript: unnoted_transcript(st),
+                transcript,
+                transcript_from,
                 transcript_at: st.history().last().map(|m| m.at),
                 next_seq: st.memory.next_seq,
             })
         })?;
+        // The working notes this conversation saved while those turns went on are read with
+        // them (seed 002: the working tier is read alongside the transcript).
+        let mut snap = snap;
+        if let Some(s) = snap.as_mut().filter(|s| s.transcript_from.is_some()) {
+            let from = s.transcript_from.unwrap_or(f64::INFINITY);
+            let hot = self.store.read(|r| super::hot::state(r, &s.agent, s.user.as_deref()))?;
+            for n in hot.notes.iter().filter(|n| n.memory == memory && n.at >= from) {
+                s.transcript.push_str(&format!("assistant (working note): {}\n", n.text));
+            }
+        }
         let policy_captures = match &snap {
             Some(s) => {
                 let rec = self.store.read(|r| agent_record(r, &s.agent))?;
@@ -333,10 +347,11 @@ impl Engine {
 const TRANSCRIPT_CHARS: usize = 24_000;
 
 /// The turns after the last episode the model noted, not read at an earlier handoff, as
-/// "role: text" lines (the latest [`TRANSCRIPT_CHARS`]).
-fn unnoted_transcript(st: &State) -> String {
+/// "role: text" lines (the latest [`TRANSCRIPT_CHARS`]), and when the first of them was stored.
+fn unnoted_transcript(st: &State) -> (String, Option<f64>) {
     let noted_to = st.episodes.iter().filter(|e| e.acknowledged).map(|e| e.last_seq + 1).max().unwrap_or(0);
     let from = noted_to.max(st.memory.extracted_to);
+    let first = st.history().find(|m| m.seq >= from).map(|m| m.at);
     let mut out: String = st
         .history()
         .filter(|m| m.seq >= from && !m.message.text.trim().is_empty())
@@ -349,5 +364,5 @@ fn unnoted_transcript(st: &State) -> String {
         }
         out = out[cut..].to_owned();
     }
-    out
+    (out, first)
 }
