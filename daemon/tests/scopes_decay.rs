@@ -401,6 +401,7 @@ fn a_knowledge_base_answers_as_reference_and_its_indexes_come_back() {
     assert!(!across_text(&info, &e, "k4").contains("reference documents"), "{info:#?}");
     let audit = e.audit_log("coach", None, None, None).unwrap().to_string();
     assert!(audit.contains("add_document") && audit.contains("remove_document"), "{audit}");
+    assert!(audit.contains(r#""documents":[[0,1]]"#), "the warranty chunk's inject is audited: {audit}");
     assert!(e.add_document("coach", "", "x", None).is_err());
     assert!(e.remove_document("coach", 7, None).is_err());
 }

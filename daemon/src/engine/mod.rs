@@ -420,7 +420,7 @@ impl Engine {
                 )?;
                 across_info = info;
                 if let Some(a) = &section {
-                    injected = Some((agent, user, seq, a.items.iter().map(|i| i.n).collect::<Vec<_>>()));
+                    injected = Some((agent, user, seq, a.items.iter().map(|i| i.n).collect::<Vec<_>>(), a.documents.clone()));
                 }
                 across = section;
             }
@@ -571,8 +571,8 @@ impl Engine {
                     let turn = scopes::hot::HotTurn { memory: args.memory.clone(), role: "user".into(), text: text.clone(), at: now };
                     scopes::hot::push_turn(w, agent, user.as_deref(), turn)?;
                 }
-                if let Some((agent, user, seq, items)) = &injected {
-                    scopes::audit_inject(w, agent, &args.memory, user.as_deref(), *seq, items, now)?;
+                if let Some((agent, user, seq, items, documents)) = &injected {
+                    scopes::audit_inject(w, agent, &args.memory, user.as_deref(), (*seq, items, documents), now)?;
                 }
                 Ok(())
             })?;

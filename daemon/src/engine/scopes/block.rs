@@ -21,6 +21,9 @@ pub struct AcrossSection {
     pub text: String,
     pub tokens: u64,
     pub items: Vec<AcrossItem>,
+    /// The document chunks shown as reference: (document, chunk).
+    #[serde(default)]
+    pub documents: Vec<(u64, usize)>,
 }
 
 /// One scope fact shown, and why.
@@ -264,6 +267,7 @@ impl Engine {
                     .iter()
                     .map(|h| AcrossItem { n: h.fact.n, tier: h.fact.tier, relevance: h.relevance })
                     .collect(),
+                documents: excerpts.iter().map(|x| (x.document, x.chunk)).collect(),
             }),
             info,
         ))

@@ -124,14 +124,14 @@ pub(super) fn audit(w: &mut Writer<'_>, agent: &str, entry: &AuditEntry) -> Resu
     w.put(Table::Audit, &keys::seq2(agent, micros, n), entry)
 }
 
-/// Audits what a cross-memory block showed (inside decorate's transaction).
+/// Audits what a cross-memory block showed before message `seq`: scope facts (`items`) and
+/// document chunks (inside decorate's transaction).
 pub(super) fn audit_inject(
     w: &mut Writer<'_>,
     agent: &str,
     memory: &str,
     user: Option<&str>,
-    seq: u64,
-    items: &[u64],
+    (seq, items, documents): (u64, &[u64], &[(u64, usize)]),
     now: f64,
 ) -> Result<(), StoreError> {
     audit(w, agent, &AuditEntry {
@@ -140,7 +140,7 @@ pub(super) fn audit_inject(
         memory: Some(memory.to_owned()),
         user: user.map(str::to_owned),
         items: items.to_vec(),
-        detail: serde_json::json!({"before_message": seq}),
+        detail: serde_json::json!({"before_message": seq, "documents": documents}),
     })
 }
 
