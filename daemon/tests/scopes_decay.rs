@@ -517,9 +517,20 @@ fn a_working_note_saved_with_remember_reaches_the_users_next_conversations_for_a
     request("o1", Some("coach"), "bea", T0 + 3_600.0);
     assert!(!across_text(&Value::Null, e, "o1").contains(NOTE));
 
+    // With `block`, the model replaces a core block instead: always shown, never expiring.
+    let call = json!({"id": "rem-2", "type": "function", "function": {"name": "remember",
+        "arguments": json!({"note": "Alex is a nurse on night shifts.", "block": "user"}).to_string()}});
+    let reply = json!({"id": "r2", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0,
+        "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null, "tool_calls": [call]}}]});
+    let answered = e.report(ReportArgs { memory: "w2".into(), response: reply, now: Some(T0 + 3_601.0) }).unwrap();
+    assert!(answered.again, "only our call: the model is asked again");
+    assert_eq!(e.hot_state("coach", Some("alex")).unwrap()["core"]["user"], "Alex is a nurse on night shifts.");
+
     // A day later it is gone from the block; the sweep reports it, and deletes it when live.
     request("w3", Some("coach"), "alex", T0 + 25.0 * 3_600.0);
-    assert!(!across_text(&Value::Null, e, "w3").contains(NOTE));
+    let text = across_text(&Value::Null, e, "w3");
+    assert!(!text.contains(NOTE), "{text}");
+    assert!(text.contains("[user] Alex is a nurse on night shifts."), "{text}");
     assert_eq!(e.sweep("coach", T0 + 25.0 * 3_600.0).unwrap()["expired_working_notes"], 1);
     assert_eq!(e.hot_state("coach", Some("alex")).unwrap()["notes"].as_array().unwrap().len(), 1, "report mode changes nothing");
     live(e);

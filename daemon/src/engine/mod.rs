@@ -682,11 +682,12 @@ impl Engine {
             (Some(agent), Some(m)) => Some((agent.clone(), st.memory.user.clone(), m.text.clone())),
             _ => None,
         };
-        // Working notes the model saved with the remember tool (a malformed call saves nothing).
-        let notes_saved: Vec<String> = remembered
+        // Working notes and core blocks the model saved with the remember tool (a malformed
+        // call saves nothing; an empty note only clears a block).
+        let notes_saved: Vec<formats::Remember> = remembered
             .iter()
             .filter_map(|c| match formats::remember_arguments(c) {
-                Ok(text) if !text.trim().is_empty() => Some(text.trim().to_owned()),
+                Ok(r) if r.block.is_some() || !r.note.trim().is_empty() => Some(r),
                 Ok(_) => None,
                 Err(e) => {
                     tracing::warn!(memory = %args.memory, error = %e, "a remember call that cannot be read saves nothing");

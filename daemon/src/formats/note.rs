@@ -83,24 +83,35 @@ fn function_tool(format: Format, name: &str, description: &str, parameters: Valu
 
 const REMEMBER_DESCRIPTION: &str = "Save a short working note for this user's next conversations \
 with you (the next 24 hours): something to carry over that is not yet a settled fact, such as a \
-task in progress or what to check next. Call it alongside your answer; it returns nothing.";
+task in progress or what to check next. With block set (a short name such as \"user\" or \
+\"persona\"), the note instead replaces that core block, which every later conversation with \
+this user always sees (an empty note removes it). Call it alongside your answer; it returns nothing.";
 
 /// The `remember` tool (seed 002's working tier), offered to memories that name an agent.
 pub fn remember_tool(format: Format, name: &str) -> Value {
     let parameters = json!({
         "type": "object",
         "properties": {
-            "note": {"type": "string", "description": "The working note, readable on its own (at most 4,000 characters)."}
+            "note": {"type": "string", "description": "The working note, readable on its own (at most 4,000 characters)."},
+            "block": {"type": ["string", "null"], "description": "A core block's name to replace with the note; null for a working note."}
         },
-        "required": ["note"],
+        "required": ["note", "block"],
         "additionalProperties": false
     });
     function_tool(format, name, REMEMBER_DESCRIPTION, parameters)
 }
 
-/// The text of a remember call: `{"note": "..."}` (or the note as a bare string, or arguments
-/// encoded twice). Anything else is an error naming the place.
-pub fn remember_arguments(call: &ToolCall) -> Result<String, FormatError> {
+/// What a remember call asks: a working note, or a core block replaced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Remember {
+    pub note: String,
+    /// The core block the note replaces (None: a working note).
+    pub block: Option<String>,
+}
+
+/// A remember call: `{"note": "...", "block": null | "name"}` (or the note as a bare string,
+/// or arguments encoded twice). Anything else is an error naming the place.
+pub fn remember_arguments(call: &ToolCall) -> Result<Remember, FormatError> {
     let json = |s: &str| {
         serde_json::from_str::<Value>(s).map_err(|e| FormatError::Json {
             at: "arguments".into(),
@@ -111,10 +122,13 @@ pub fn remember_arguments(call: &ToolCall) -> Result<String, FormatError> {
     if let Value::String(s) = &v {
         v = json(s).unwrap_or(Value::String(s.clone()));
     }
+    let block = |m: &serde_json::Map<String, Value>| {
+        m.get("block").and_then(Value::as_str).map(str::trim).filter(|b| !b.is_empty()).map(str::to_owned)
+    };
     match &v {
-        Value::String(s) => Ok(s.clone()),
+        Value::String(s) => Ok(Remember { note: s.clone(), block: None }),
         Value::Object(m) => match m.get("note") {
-            Some(Value::String(s)) => Ok(s.clone()),
+            Some(Value::String(s)) => Ok(Remember { note: s.clone(), block: block(m) }),
             Some(other) => Err(FormatError::WrongType {
                 at: "note".into(),
                 expected: "a string",

@@ -128,30 +128,40 @@ pub fn forget_turns(w: &mut Writer<'_>, agent: &str, user: Option<&str>, memory:
     Ok(removed)
 }
 
+/// Sets (or, with empty text, removes) a user's core block; `Err` says which limit it breaks
+/// (nothing is written then).
+pub fn put_core_block(w: &mut Writer<'_>, agent: &str, user: Option<&str>, name: &str, text: &str) -> Result<Result<(), String>, StoreError> {
+    let (name, text) = (name.trim(), text.trim());
+    if name.is_empty() || name.chars().count() > 64 {
+        return Ok(Err("a core block's name must hold 1 to 64 characters".into()));
+    }
+    if text.chars().count() > CORE_CHARS {
+        return Ok(Err(format!("a core block holds at most {CORE_CHARS} characters")));
+    }
+    let mut st = state(&*w, agent, user)?;
+    if text.is_empty() {
+        st.core.remove(name);
+    } else {
+        if !st.core.contains_key(name) && st.core.len() >= CORE_BLOCKS {
+            return Ok(Err(format!("a user has at most {CORE_BLOCKS} core blocks")));
+        }
+        st.core.insert(name.to_owned(), text.to_owned());
+    }
+    w.put(Table::Hot, &user_key(agent, user), &st)?;
+    Ok(Ok(()))
+}
+
 impl Engine {
     /// `core_block`: sets (or, with empty text, removes) a named core block of a user; audited.
     pub fn set_core_block(&self, agent: &str, user: Option<&str>, name: &str, text: &str, now: Option<f64>) -> Result<Value, EngineError> {
         let now = super::super::now_or(now)?;
         let name = name.trim();
-        if name.is_empty() || name.chars().count() > 64 {
-            return Err(EngineError::InvalidArgument("a core block's name must hold 1 to 64 characters".into()));
-        }
-        if text.chars().count() > CORE_CHARS {
-            return Err(EngineError::InvalidArgument(format!("a core block holds at most {CORE_CHARS} characters")));
-        }
         let lock = self.agent_lock(agent);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
         let st = self.store.write(|w| {
-            let mut st = state(&*w, agent, user)?;
-            if text.trim().is_empty() {
-                st.core.remove(name);
-            } else {
-                if !st.core.contains_key(name) && st.core.len() >= CORE_BLOCKS {
-                    return Ok(None);
-                }
-                st.core.insert(name.to_owned(), text.trim().to_owned());
+            if let Err(why) = put_core_block(w, agent, user, name, text)? {
+                return Ok(Err(why));
             }
-            w.put(Table::Hot, &user_key(agent, user), &st)?;
             audit(w, agent, &AuditEntry {
                 at: now,
                 action: "core_block".into(),
@@ -160,9 +170,9 @@ impl Engine {
                 items: Vec::new(),
                 detail: json!({"name": name, "removed": text.trim().is_empty()}),
             })?;
-            Ok(Some(st))
+            Ok(Ok(state(&*w, agent, user)?))
         })?;
-        let st = st.ok_or_else(|| EngineError::InvalidArgument(format!("a user has at most {CORE_BLOCKS} core blocks")))?;
+        let st = st.map_err(EngineError::InvalidArgument)?;
         Ok(json!({"agent": agent, "user": user, "core": st.core}))
     }
 

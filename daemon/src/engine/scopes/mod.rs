@@ -144,22 +144,31 @@ pub(super) fn audit_inject(
     })
 }
 
-/// Saves the working notes a reply's remember calls hold (inside report's transaction, under
-/// the agent's lock), when the agent's policy captures anything; audited (`remember`).
+/// Saves what a reply's remember calls hold (inside report's transaction, under the agent's
+/// lock), when the agent's policy captures anything: working notes, and core blocks the model
+/// replaced (within the same limits as the `core_block` op; one over them is skipped and
+/// logged). Audited (`remember`).
 pub(super) fn save_working_notes(
     w: &mut Writer<'_>,
     engine: &Engine,
     agent: &str,
     user: Option<&str>,
     memory: &str,
-    notes: &[String],
+    notes: &[crate::formats::Remember],
     now: f64,
 ) -> Result<(), StoreError> {
     if !engine.policy_of(&agent_record(&*w, agent)?).captures() {
         return Ok(());
     }
-    for text in notes {
-        hot::push_note(w, agent, user, memory, text, now)?;
+    let mut blocks = Vec::new();
+    for r in notes {
+        match &r.block {
+            None => hot::push_note(w, agent, user, memory, r.note.trim(), now)?,
+            Some(name) => match hot::put_core_block(w, agent, user, name, &r.note)? {
+                Ok(()) => blocks.push(name.clone()),
+                Err(why) => tracing::warn!(memory, block = %name, why, "the model's core block is not kept"),
+            },
+        }
     }
     audit(w, agent, &AuditEntry {
         at: now,
@@ -167,7 +176,7 @@ pub(super) fn save_working_notes(
         memory: Some(memory.to_owned()),
         user: user.map(str::to_owned),
         items: Vec::new(),
-        detail: serde_json::json!({"notes": notes.len()}),
+        detail: serde_json::json!({"notes": notes.iter().filter(|r| r.block.is_none()).count(), "core_blocks": blocks}),
     })
 }
 
