@@ -544,3 +544,43 @@ fn a_working_note_saved_with_remember_reaches_the_users_next_conversations_for_a
     let reply = e.report(ReportArgs { memory: "plain".into(), response: reply_remembering(NOTE), now: Some(T0 + 1.0) }).unwrap();
     assert_eq!(reply.response["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "remember");
 }
+
+#[test]
+fn the_recall_tool_searches_the_agents_memory_and_the_next_request_of_the_turn_shows_it() {
+    let s = setup_plain();
+    let e = &s.engine;
+    const FACT: &str = "Alex's staging database is hosted in Sydney.";
+    conversation(e, "r1", "alex", "Where is staging?", &[FACT], T0);
+    let ask = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "Let's plan the migration."}]});
+    let decorate = |now: f64| {
+        e.decorate(DecorateArgs {
+            memory: "r2".into(),
+            request: ask.clone(),
+            now: Some(now),
+            dry_run: false,
+            ceiling: None,
+            agent: Some("coach".into()),
+            user: Some("alex".into()),
+            history: HistoryMode::Full,
+        })
+        .unwrap()
+    };
+    let first = decorate(T0 + DAY);
+    assert!(tool_names(&first.request).contains(&"recall".to_string()));
+    let system = |out: &recalld_protocol::ops::DecorateReply| out.request["messages"].to_string();
+    assert!(!system(&first).contains("Sydney"), "not shown unasked: {}", system(&first));
+    // The model asks; report takes the call out and says to call again.
+    let call = json!({"id": "rc", "type": "function", "function": {"name": "recall", "arguments": "{\"query\": \"staging database\"}"}});
+    let reply = json!({"id": "r", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0,
+        "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null, "tool_calls": [call]}}]});
+    let answered = e.report(ReportArgs { memory: "r2".into(), response: reply, now: Some(T0 + DAY + 1.0) }).unwrap();
+    assert!(answered.again);
+    assert!(answered.response["choices"][0]["message"].get("tool_calls").is_none(), "{:#}", answered.response);
+    // The same request again: the turn's block now holds what was found, counted as used.
+    let second = decorate(T0 + DAY + 2.0);
+    assert!(system(&second).contains("on the assistant's request") && system(&second).contains(FACT), "{}", system(&second));
+    let facts = listed(e, "alex", ListFilter::default(), T0 + DAY + 3.0);
+    assert_eq!(find(&facts, FACT)["uses"], 1, "{facts:#?}");
+    let used = e.memories_used("r2").unwrap();
+    assert_eq!(used["used"].as_array().unwrap().len(), 1, "{used:#}");
+}

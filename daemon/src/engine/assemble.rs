@@ -15,35 +15,31 @@ pub(super) struct NoteCosts {
     pub(super) tool_chat: u64,
     pub(super) tool_responses: u64,
     pub(super) tool_messages: u64,
-    /// The remember tool's, per format (chat, responses, messages); zero when none is offered.
-    remember: [u64; 3],
+    /// The scope tools' (remember and recall), per format (chat, responses, messages).
+    scope_tools: [u64; 3],
 }
 
 impl NoteCosts {
-    pub(super) fn new(tool: &str, remember: &str) -> NoteCosts {
+    pub(super) fn new(tool: &str, scopes: &super::scopes::ScopesConfig) -> NoteCosts {
         let count = |format| tokens::text_tokens(&formats::note_tool(format, tool).to_string()) as u64;
-        let remember_count = |format| {
-            if remember.is_empty() {
-                0
-            } else {
-                tokens::text_tokens(&formats::remember_tool(format, remember).to_string()) as u64
-            }
+        let scope_count = |format| {
+            scope_tools(format, scopes).iter().map(|t| tokens::text_tokens(&t.to_string()) as u64).sum()
         };
         NoteCosts {
             ask: tokens::text_tokens(&blocks::note_ask(1, 1, tool)) as u64 + 4,
             tool_chat: count(Format::ChatCompletions),
             tool_responses: count(Format::Responses),
             tool_messages: count(Format::AnthropicMessages),
-            remember: [
-                remember_count(Format::ChatCompletions),
-                remember_count(Format::Responses),
-                remember_count(Format::AnthropicMessages),
+            scope_tools: [
+                scope_count(Format::ChatCompletions),
+                scope_count(Format::Responses),
+                scope_count(Format::AnthropicMessages),
             ],
         }
     }
 
-    fn remember(&self, format: Format) -> u64 {
-        self.remember[match format {
+    fn scope_tools(&self, format: Format) -> u64 {
+        self.scope_tools[match format {
             Format::ChatCompletions => 0,
             Format::Responses => 1,
             Format::AnthropicMessages => 2,
@@ -51,11 +47,24 @@ impl NoteCosts {
     }
 }
 
+/// The tools offered to the model of a memory that names an agent: `remember` and `recall`
+/// (each unless its name is empty).
+fn scope_tools(format: Format, scopes: &super::scopes::ScopesConfig) -> Vec<Value> {
+    let mut tools = Vec::new();
+    if !scopes.remember_tool.is_empty() {
+        tools.push(formats::remember_tool(format, &scopes.remember_tool));
+    }
+    if !scopes.recall_tool.is_empty() {
+        tools.push(formats::recall_tool(format, &scopes.recall_tool));
+    }
+    tools
+}
+
 impl Engine {
-    /// Whether this memory's model is offered the remember tool: it names an agent (whose
-    /// scope its working notes reach) and the tool has a name.
-    pub(super) fn offers_remember(&self, st: &State) -> bool {
-        st.memory.agent.is_some() && !self.config.scopes.remember_tool.is_empty()
+    /// Whether this memory's model is offered the scope tools: it names an agent (whose scope
+    /// its working notes reach and its searches read).
+    pub(super) fn offers_scope_tools(&self, st: &State) -> bool {
+        st.memory.agent.is_some()
     }
 
     /// Sizes and the budget for the request as it would be assembled now.
@@ -80,8 +89,8 @@ impl Engine {
             Format::Responses => self.note_costs.tool_responses,
             Format::AnthropicMessages => self.note_costs.tool_messages,
         };
-        if self.offers_remember(st) {
-            fixed += self.note_costs.remember(parsed.format);
+        if self.offers_scope_tools(st) {
+            fixed += self.note_costs.scope_tools(parsed.format);
         }
         let fixed = tokens::corrected(fixed, ratio);
         let history: Vec<&StoredMessage> = st.history().collect();
@@ -238,8 +247,8 @@ impl Engine {
             messages.push(Message::new(format, role, text.clone()));
             extra_tools.push(formats::note_tool(format, &self.config.note_tool));
         }
-        if self.offers_remember(st) {
-            extra_tools.push(formats::remember_tool(format, &self.config.scopes.remember_tool));
+        if self.offers_scope_tools(st) {
+            extra_tools.extend(scope_tools(format, &self.config.scopes));
         }
         let request = formats::render_request(format, &parsed.instructions, &messages, &parsed.rest, &extra_tools);
         Assembled {

@@ -201,7 +201,7 @@ impl Engine {
     /// `models` is None only where a judge is not wanted (tests of the mechanism alone); then
     /// cuts go by size and facts are not scored against episodes.
     pub fn new(store: Arc<Store>, models: Option<Models>, config: EngineConfig) -> Engine {
-        let note_costs = NoteCosts::new(&config.note_tool, &config.scopes.remember_tool);
+        let note_costs = NoteCosts::new(&config.note_tool, &config.scopes);
         let dim = models.as_ref().map(|m| m.embedder.id().dim);
         let indexes = if !config.recall {
             None
@@ -592,25 +592,31 @@ impl Engine {
     pub fn report(&self, args: ReportArgs) -> Result<ReportReply, EngineError> {
         let now = now_or(args.now)?;
         let parsed = formats::parse_response(&args.response)?;
+        // The recall tool's searches embed their queries: before the memory's lock.
+        let searched = self.recall_tool_searches(&args.memory, &parsed, now)?;
         let lock = self.lock(&args.memory);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut st = self.take_state(&args.memory, now)?;
         let tool = self.config.note_tool.clone();
-        // The remember tool is ours only where we offered it: a memory that names an agent.
-        let remember = Some(self.config.scopes.remember_tool.clone()).filter(|_| self.offers_remember(&st));
-        let (response, mut removed) = formats::remove_tool_calls(&args.response, &tool);
-        let (response, remembered) = match &remember {
-            Some(r) => formats::remove_tool_calls(&response, r),
-            None => (response, Vec::new()),
-        };
-        removed.extend(remembered.iter().cloned());
+        // The scope tools are ours only where we offered them: a memory that names an agent.
+        let scope_tools: Vec<String> = [&self.config.scopes.remember_tool, &self.config.scopes.recall_tool]
+            .into_iter()
+            .filter(|t| !t.is_empty() && self.offers_scope_tools(&st))
+            .cloned()
+            .collect();
+        let (mut response, mut removed) = formats::remove_tool_calls(&args.response, &tool);
+        let mut remembered = Vec::new();
+        for name in &scope_tools {
+            let (rest, calls) = formats::remove_tool_calls(&response, name);
+            response = rest;
+            if *name == self.config.scopes.remember_tool {
+                remembered.extend(calls.iter().cloned());
+            }
+            removed.extend(calls);
+        }
         // A reply message as the client keeps it: without our calls.
         let without_ours = |m: &formats::Message| {
-            let m = m.without_tool_calls(&tool)?;
-            match &remember {
-                Some(r) => m.without_tool_calls(r),
-                None => Some(m),
-            }
+            scope_tools.iter().try_fold(m.without_tool_calls(&tool)?, |m, name| m.without_tool_calls(name))
         };
         let kept: Vec<_> = parsed.messages.iter().filter_map(without_ours).collect();
         if retry::already_reported(&st.messages, &kept) {
@@ -636,6 +642,7 @@ impl Engine {
         for note in notes {
             self.take_note(&mut st, note, now, Source::Reply);
         }
+        scopes::tools::attach_searches(&mut st, searched, now);
         seal_acknowledged(&mut st, now);
         // The provider's count against our estimate of the request we returned.
         if let (Some(usage), Some(est)) = (&parsed.usage, &st.memory.last_estimate) {
@@ -705,7 +712,7 @@ impl Engine {
                 scopes::hot::push_turn(w, agent, user.as_deref(), turn)?;
             }
             if let (Some(agent), false) = (&agent, notes_saved.is_empty()) {
-                scopes::save_working_notes(w, self, agent, st.memory.user.as_deref(), &args.memory, &notes_saved, now)?;
+                scopes::tools::save_working_notes(w, self, agent, st.memory.user.as_deref(), &args.memory, &notes_saved, now)?;
             }
             Ok(())
         })?;

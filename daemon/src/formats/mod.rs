@@ -21,7 +21,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-pub use note::{note_arguments, note_tool, remember_arguments, remember_tool, NoteFact, Remember};
+pub use note::{
+    note_arguments, note_tool, recall_arguments, recall_tool, remember_arguments, remember_tool, NoteFact, Remember,
+};
 pub use request::{parse_request, render_request, ParsedRequest};
 pub use response::{parse_response, remove_tool_calls, ParsedResponse, Usage};
 

@@ -101,6 +101,38 @@ pub fn remember_tool(format: Format, name: &str) -> Value {
     function_tool(format, name, REMEMBER_DESCRIPTION, parameters)
 }
 
+const RECALL_DESCRIPTION: &str = "Search what this user's earlier conversations with you left in \
+memory (preferences, decisions, facts about their situation) when you need something you are not \
+shown. The results are given to you on your next turn.";
+
+/// The `recall` tool (seed 002): the model searches its agent's memory on purpose.
+pub fn recall_tool(format: Format, name: &str) -> Value {
+    let parameters = json!({
+        "type": "object",
+        "properties": {"query": {"type": "string", "description": "What to look for, in a few words."}},
+        "required": ["query"],
+        "additionalProperties": false
+    });
+    function_tool(format, name, RECALL_DESCRIPTION, parameters)
+}
+
+/// The query of a recall call: `{"query": "..."}` (or a bare string).
+pub fn recall_arguments(call: &ToolCall) -> Result<String, FormatError> {
+    let v: Value = serde_json::from_str(&call.arguments).map_err(|e| FormatError::Json {
+        at: "arguments".into(),
+        message: e.to_string(),
+    })?;
+    match v.get("query").unwrap_or(&v) {
+        Value::String(s) if !s.trim().is_empty() => Ok(s.trim().to_owned()),
+        Value::String(_) => Err(FormatError::Missing { at: "query".into() }),
+        other => Err(FormatError::WrongType {
+            at: "query".into(),
+            expected: "a string",
+            found: kind_of(other),
+        }),
+    }
+}
+
 /// What a remember call asks: a working note, or a core block replaced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Remember {

@@ -25,6 +25,7 @@ pub mod ops;
 pub mod policy;
 pub mod records;
 mod sweep;
+pub mod tools;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -63,6 +64,8 @@ pub struct ScopesConfig {
     /// The tool offered to the model of a memory that names an agent, to save a working note
     /// for the user's next conversations ("" offers none).
     pub remember_tool: String,
+    /// The tool offered with it to search the agent's memory on purpose ("" offers none).
+    pub recall_tool: String,
 }
 
 impl Default for ScopesConfig {
@@ -76,6 +79,7 @@ impl Default for ScopesConfig {
             sweep_hours: 24.0,
             judge_calls_per_day: 1_000,
             remember_tool: "remember".into(),
+            recall_tool: "recall".into(),
         }
     }
 }
@@ -141,42 +145,6 @@ pub(super) fn audit_inject(
         user: user.map(str::to_owned),
         items: items.to_vec(),
         detail: serde_json::json!({"before_message": seq, "documents": documents}),
-    })
-}
-
-/// Saves what a reply's remember calls hold (inside report's transaction, under the agent's
-/// lock), when the agent's policy captures anything: working notes, and core blocks the model
-/// replaced (within the same limits as the `core_block` op; one over them is skipped and
-/// logged). Audited (`remember`).
-pub(super) fn save_working_notes(
-    w: &mut Writer<'_>,
-    engine: &Engine,
-    agent: &str,
-    user: Option<&str>,
-    memory: &str,
-    notes: &[crate::formats::Remember],
-    now: f64,
-) -> Result<(), StoreError> {
-    if !engine.policy_of(&agent_record(&*w, agent)?).captures() {
-        return Ok(());
-    }
-    let mut blocks = Vec::new();
-    for r in notes {
-        match &r.block {
-            None => hot::push_note(w, agent, user, memory, r.note.trim(), now)?,
-            Some(name) => match hot::put_core_block(w, agent, user, name, &r.note)? {
-                Ok(()) => blocks.push(name.clone()),
-                Err(why) => tracing::warn!(memory, block = %name, why, "the model's core block is not kept"),
-            },
-        }
-    }
-    audit(w, agent, &AuditEntry {
-        at: now,
-        action: "remember".into(),
-        memory: Some(memory.to_owned()),
-        user: user.map(str::to_owned),
-        items: Vec::new(),
-        detail: serde_json::json!({"notes": notes.iter().filter(|r| r.block.is_none()).count(), "core_blocks": blocks}),
     })
 }
 

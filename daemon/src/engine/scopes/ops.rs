@@ -213,6 +213,21 @@ impl Engine {
                 .and_then(|mut v| v.pop()),
             None => None,
         };
+        self.search_scope_with(agent, user, query, vector, limit, as_of, now)
+    }
+
+    /// The search, with the query's vector already made (or none: by words).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn search_scope_with(
+        &self,
+        agent: &str,
+        user: Option<&str>,
+        query: &str,
+        vector: Option<Vec<f32>>,
+        limit: usize,
+        as_of: Option<f64>,
+        now: f64,
+    ) -> Result<Value, EngineError> {
         let lock = self.agent_lock(agent);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
         let (rec, facts) = self.store.read(|r| Ok((agent_record(r, agent)?, scope_facts(r, agent)?)))?;
