@@ -123,3 +123,24 @@ def test_a_document_added_by_the_cli_is_shown_as_reference(daemon: str, tmp_path
         assert "reference documents" in shown and "two-year warranty" in shown, shown
         listed = c.call("list_documents", {"agent": "shop"})["documents"]
         assert [d["name"] for d in listed] == ["handbook.md"]
+
+
+def test_the_model_remembers_and_recalls_through_the_real_daemon(daemon: str) -> None:
+    """The scope tools through the socket: both are offered to a memory with an agent, and a
+    note saved with remember in one conversation is shown in the user's next."""
+    note = "Kim's visa interview is on June 4; ask how it went."
+    remember = {"id": "m1", "type": "function", "function": {"name": "remember", "arguments": json.dumps({"note": note, "block": None})}}
+    with recalld.Client(daemon) as c:
+        out = c.decorate("kim-1", request("I have my visa interview soon."), now=T0, agent="consul", user="kim")
+        names = [t["function"]["name"] for t in out["request"].get("tools", [])]
+        assert "remember" in names and "recall" in names, names
+        reply = {
+            "id": "r", "object": "chat.completion", "model": "gpt-4o",
+            "choices": [{"index": 0, "finish_reason": "tool_calls",
+                         "message": {"role": "assistant", "content": "Good luck!", "tool_calls": [remember]}}],
+        }
+        done = c.report("kim-1", reply, now=T0 + 5)
+        assert "tool_calls" not in done["response"]["choices"][0]["message"], done
+        out = c.decorate("kim-2", request("Hello again."), now=T0 + 3_600, agent="consul", user="kim")
+        shown = "\n".join(m["content"] for m in out["request"]["messages"] if m["role"] == "system")
+        assert note in shown, shown
