@@ -90,8 +90,8 @@ fn setup(answers: Vec<Result<Vec<Extracted>, String>>) -> (Engine, Arc<ScriptedJ
     (Engine::new(store, Some(models), config), judge, dir)
 }
 
-/// A short conversation nobody noted (nothing left the view), then its end.
-fn talk_and_end(e: &Engine, memory: &str, said: &str) {
+/// The user of agent "ops" says `said`.
+fn say(e: &Engine, memory: &str, said: &str) {
     e.decorate(DecorateArgs {
         memory: memory.into(),
         request: json!({"model": "gpt-4o", "messages": [{"role": "user", "content": said}]}),
@@ -103,6 +103,11 @@ fn talk_and_end(e: &Engine, memory: &str, said: &str) {
         history: HistoryMode::Full,
     })
     .unwrap();
+}
+
+/// A short conversation nobody noted (nothing left the view), then its end.
+fn talk_and_end(e: &Engine, memory: &str, said: &str) {
+    say(e, memory, said);
     let reply = json!({"id": "r", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0,
         "finish_reason": "stop", "message": {"role": "assistant", "content": "Understood."}}]});
     e.report(ReportArgs { memory: memory.into(), response: reply, now: Some(T0 + 5.0) }).unwrap();
@@ -167,17 +172,7 @@ fn nothing_worth_keeping_stores_nothing_and_a_failure_is_retried() {
 #[test]
 fn working_notes_are_read_with_the_unnoted_turns() {
     let (e, judge, _dir) = setup(vec![Ok(vec![])]);
-    e.decorate(DecorateArgs {
-        memory: "w".into(),
-        request: json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "Remind me about the renewal."}]}),
-        now: Some(T0),
-        dry_run: false,
-        ceiling: None,
-        agent: Some("ops".into()),
-        user: Some("alex".into()),
-        history: HistoryMode::Full,
-    })
-    .unwrap();
+    say(&e, "w", "Remind me about the renewal.");
     let call = json!({"id": "rem", "type": "function", "function": {"name": "remember", "arguments": "{\"note\": \"The domain renewal is due on March 3.\"}"}});
     let reply = json!({"id": "r", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0,
         "finish_reason": "tool_calls", "message": {"role": "assistant", "content": "I will.", "tool_calls": [call]}}]});
