@@ -592,8 +592,12 @@ impl Engine {
     pub fn report(&self, args: ReportArgs) -> Result<ReportReply, EngineError> {
         let now = now_or(args.now)?;
         let parsed = formats::parse_response(&args.response)?;
-        // The recall tool's searches embed their queries: before the memory's lock.
-        let searched = self.recall_tool_searches(&args.memory, &parsed, now)?;
+        // The recall tool's searches embed their queries: before the memory's lock. A failed
+        // search costs the model its results, never the reply.
+        let searched = self.recall_tool_searches(&args.memory, &parsed, now).unwrap_or_else(|e| {
+            tracing::warn!(memory = %args.memory, error = %e, "the recall tool's search failed");
+            Vec::new()
+        });
         let lock = self.lock(&args.memory);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut st = self.take_state(&args.memory, now)?;

@@ -202,7 +202,12 @@ impl Engine {
             let room = budget.saturating_sub(cost) / 2;
             let mut lines = String::new();
             let mut used = heading_cost;
-            for x in self.search_documents(agent, text, vector)? {
+            // A broken document index costs the block its excerpts, never the request.
+            let found = self.search_documents(agent, text, vector).unwrap_or_else(|e| {
+                tracing::warn!(agent, error = %e, "cannot search the agent's documents");
+                Vec::new()
+            });
+            for x in found {
                 let line = format!("\n- [{}] {}", x.name, x.text);
                 let c = tokens::text_tokens(&line) as u64 + 1;
                 if used + c > room {
