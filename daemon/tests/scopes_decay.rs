@@ -313,10 +313,13 @@ fn the_hot_tier_core_blocks_and_the_graph_tier_reach_a_new_conversation() {
     // Another user of the agent gets none of it.
     let info = decorate(e, "b1", "bea", "Plan a dinner menu for Maria.", T0 + DAY);
     assert!(across_text(&info, e, "b1").is_empty());
-    // Forgetting the first conversation takes its turns out of the hot tier.
+    // Forgetting the first conversation takes its turns out of the hot tier, and its fact out
+    // of the next block (the block's decoded facts are cached by the scope's version).
     e.forget("c1").unwrap();
     let hot = e.hot_state("coach", Some("alex")).unwrap();
     assert!(hot["turns"].as_array().unwrap().iter().all(|t| t["memory"] != "c1"), "{hot:#?}");
+    let info = decorate(e, "c3", "alex", "Plan a dinner menu for Maria.", T0 + 2.0 * DAY);
+    assert!(!across_text(&info, e, "c3").contains("peanuts"), "{info:#?}");
 }
 
 /// Vectors from hashed words: texts that share no word are orthogonal.

@@ -173,6 +173,8 @@ pub struct Engine {
     indexes: Option<crate::index::Indexes>,
     /// Recall's embeddings on the request path: one at a time, dropped once their caller gave up.
     query_embedder: Option<crate::models::queue::QueryEmbedder>,
+    /// Agents' scope facts as last read, by version (the cross-memory block's reads).
+    scope_facts_cache: scopes::FactsCache,
 }
 
 #[derive(Default)]
@@ -220,6 +222,7 @@ impl Engine {
             .map(|m| crate::models::queue::QueryEmbedder::new(m.request_embedder.clone(), m.priority.clone()));
         Engine {
             query_embedder,
+            scope_facts_cache: scopes::FactsCache::default(),
             store,
             models,
             config,

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use std::time::Instant;
 
 use super::records::{ScopeFact, Tier};
-use super::{agent_record, hot, scope_facts, visible};
+use super::{agent_record, hot, visible};
 use crate::engine::passages::date;
 use crate::engine::{blocks, tokens, Engine, EngineError};
 use crate::models::cosine;
@@ -92,35 +92,29 @@ impl Engine {
                 // Its own conversation's facts are that conversation's to recall.
                 && f.origin.as_ref().is_none_or(|o| o.memory != memory)
         };
+        // The agent's facts, decoded once per change of its scope (see `FactsCache`); the
+        // vector and graph tiers then read them concurrently with the hot tier's record.
+        let facts_read = timed(|| self.cached_scope_facts(agent));
+        let all = facts_read.value?;
         let (hot, vector_tier, graph_tier) = std::thread::scope(|s| {
             let hot = s.spawn(|| timed(|| self.store.read(|r| hot::state(r, agent, user))));
             let graph = s.spawn(|| {
-                timed(|| -> Result<Vec<ScopeFact>, EngineError> {
-                    let facts = self.store.read(|r| scope_facts(r, agent))?;
-                    Ok(facts
-                        .into_iter()
+                timed(|| -> Vec<&ScopeFact> {
+                    all.iter()
                         .filter(|f| usable(f) && (names(&words, &f.subject) || names(&words, &f.object)))
-                        .collect())
+                        .collect()
                 })
             });
-            let vector_tier = timed(|| -> Result<Vec<(ScopeFact, f32)>, EngineError> {
-                let facts = self.store.read(|r| scope_facts(r, agent))?;
-                Ok(facts
-                    .into_iter()
-                    .filter(|f| usable(f))
-                    .map(|f| {
-                        let r = relevance(vector, &words, &f);
-                        (f, r)
-                    })
-                    .collect())
+            let vector_tier = timed(|| -> Vec<(&ScopeFact, f32)> {
+                all.iter().filter(|f| usable(f)).map(|f| (f, relevance(vector, &words, f))).collect()
             });
             let hot = hot.join().expect("the hot tier's read does not panic");
             let graph = graph.join().expect("the graph tier's read does not panic");
             (hot, vector_tier, graph)
         });
         let hot_state = hot.value?;
-        let scored = vector_tier.value?;
-        let graph_facts = graph_tier.value?;
+        let scored = vector_tier.value;
+        let graph_facts = graph_tier.value;
         let best = scored.iter().map(|s| s.1).fold(None, |m: Option<f32>, r| Some(m.map_or(r, |m| m.max(r))));
         // Merge: each fact once, with the best relevance a tier gave it.
         let mut hits: Vec<Hit> = scored
@@ -258,7 +252,7 @@ impl Engine {
             "working_notes": notes_shown,
             "documents": excerpts.iter().map(|x| json!({"id": x.document, "name": x.name, "chunk": x.chunk, "relevance": x.relevance})).collect::<Vec<_>>(),
             "items": chosen.iter().map(|h| json!({"id": h.fact.n, "tier": h.fact.tier, "relevance": h.relevance, "found_by": h.tier})).collect::<Vec<_>>(),
-            "ms": {"hot": hot.ms, "vector": vector_tier.ms, "graph": graph_tier.ms, "total": started.elapsed().as_secs_f64() * 1e3},
+            "ms": {"facts": facts_read.ms, "hot": hot.ms, "vector": vector_tier.ms, "graph": graph_tier.ms, "total": started.elapsed().as_secs_f64() * 1e3},
         });
         if chosen.is_empty() && hot_lines.is_empty() && excerpts.is_empty() && notes_shown == 0 && !core_shown {
             return Ok((None, info));

@@ -107,8 +107,63 @@ pub(super) fn scope_facts(r: &impl Read, agent: &str) -> Result<Vec<ScopeFact>, 
     r.scan(Table::ScopeFacts, &keys::memory_prefix(agent))
 }
 
+/// Writes a scope fact; every write and delete of one moves the agent's scope version.
 pub(super) fn put_fact(w: &mut Writer<'_>, agent: &str, f: &ScopeFact) -> Result<(), StoreError> {
+    bump_version(w, agent)?;
     w.put(Table::ScopeFacts, &keys::seq(agent, f.n), f)
+}
+
+pub(super) fn delete_fact(w: &mut Writer<'_>, agent: &str, n: u64) -> Result<(), StoreError> {
+    bump_version(w, agent)?;
+    w.delete(Table::ScopeFacts, &keys::seq(agent, n)).map(drop)
+}
+
+/// Where an agent's scope version is kept: it changes with every scope fact written, so a
+/// copy of the facts read at one version is the store's as long as the version stands.
+fn version_key(agent: &str) -> Vec<u8> {
+    keys::name("scope_version", agent)
+}
+
+fn bump_version(w: &mut Writer<'_>, agent: &str) -> Result<(), StoreError> {
+    let v: u64 = w.get(Table::Meta, &version_key(agent))?.unwrap_or(0);
+    w.put(Table::Meta, &version_key(agent), &(v + 1))
+}
+
+/// Decoded scope facts of recently read agents, each with the version it was read at: the
+/// cross-memory block reads an agent's facts at every new user message, and decoding
+/// thousands of facts with their vectors each time costs tens of milliseconds.
+#[derive(Default)]
+pub struct FactsCache {
+    agents: Mutex<std::collections::HashMap<String, (u64, Arc<Vec<ScopeFact>>)>>,
+}
+
+/// Agents whose facts the cache keeps at most (any one is dropped past it).
+const CACHED_AGENTS: usize = 64;
+
+impl Engine {
+    /// The agent's scope facts as the store holds them now: from the cache when its version
+    /// still stands, else read (with the version, in one transaction) and kept.
+    pub(super) fn cached_scope_facts(&self, agent: &str) -> Result<Arc<Vec<ScopeFact>>, StoreError> {
+        let version: u64 = self.store.read(|r| r.get(Table::Meta, &version_key(agent)))?.unwrap_or(0);
+        let cache = &self.scope_facts_cache.agents;
+        if let Some((v, facts)) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(agent) {
+            if *v == version {
+                return Ok(facts.clone());
+            }
+        }
+        let (version, facts) = self.store.read(|r| {
+            let v: u64 = r.get(Table::Meta, &version_key(agent))?.unwrap_or(0);
+            Ok((v, Arc::new(scope_facts(r, agent)?)))
+        })?;
+        let mut agents = cache.lock().unwrap_or_else(|e| e.into_inner());
+        if agents.len() >= CACHED_AGENTS && !agents.contains_key(agent) {
+            if let Some(k) = agents.keys().next().cloned() {
+                agents.remove(&k);
+            }
+        }
+        agents.insert(agent.to_owned(), (version, facts.clone()));
+        Ok(facts)
+    }
 }
 
 /// Audit keys: the time in microseconds, then a number unique within this process (started

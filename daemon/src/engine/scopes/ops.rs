@@ -634,7 +634,7 @@ fn delete_with_derived(w: &mut Writer<'_>, agent: &str, facts: &[ScopeFact], mut
     }
     for f in facts {
         if doomed.contains(&f.n) {
-            w.delete(Table::ScopeFacts, &keys::seq(agent, f.n))?;
+            super::delete_fact(w, agent, f.n)?;
         } else if let Status::Replaced { by, .. } = f.status {
             if doomed.contains(&by) {
                 put_fact(w, agent, &ScopeFact { status: Status::Active, ..f.clone() })?;

@@ -148,7 +148,7 @@ impl Engine {
                             promoted.push(json!({"from": f.n, "to": n}));
                         }
                         Action::Purge(_) => {
-                            w.delete(Table::ScopeFacts, &key)?;
+                            super::delete_fact(w, agent, *n)?;
                         }
                     }
                 }
