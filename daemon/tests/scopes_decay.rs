@@ -512,6 +512,24 @@ fn a_working_note_saved_with_remember_reaches_the_users_next_conversations_for_a
     assert!(reply.response["choices"][0]["message"].get("tool_calls").is_none(), "{:#}", reply.response);
     assert!(!reply.again, "the reply had an answer besides the note");
     assert_eq!(e.hot_state("coach", Some("alex")).unwrap()["notes"][0]["text"], NOTE);
+    // A client that kept the model's raw reply sends the call back: it is not history.
+    let raw = reply_remembering(NOTE)["choices"][0]["message"].clone();
+    let next = e
+        .decorate(DecorateArgs {
+            memory: "w1".into(),
+            request: json!({"model": "gpt-4o", "messages": [
+                {"role": "user", "content": "Where does my visa application stand?"}, raw,
+                {"role": "user", "content": "Thanks."}]}),
+            now: Some(T0 + 2.0),
+            dry_run: true,
+            ceiling: None,
+            agent: Some("coach".into()),
+            user: Some("alex".into()),
+            history: HistoryMode::Full,
+        })
+        .unwrap();
+    let sent = next.request["messages"].to_string();
+    assert!(!sent.contains("rem-1") && sent.contains("I'll check on that next time."), "{sent}");
 
     // The user's next conversation, an hour later, is shown it; another user's is not.
     request("w2", Some("coach"), "alex", T0 + 3_600.0);

@@ -67,6 +67,15 @@ impl Engine {
         st.memory.agent.is_some()
     }
 
+    /// The names of the scope tools this memory's model is offered (none without an agent).
+    pub(super) fn offered_scope_tools(&self, st: &State) -> Vec<String> {
+        [&self.config.scopes.remember_tool, &self.config.scopes.recall_tool]
+            .into_iter()
+            .filter(|t| !t.is_empty() && self.offers_scope_tools(st))
+            .cloned()
+            .collect()
+    }
+
     /// Sizes and the budget for the request as it would be assembled now.
     pub(super) fn measure(&self, st: &State, parsed: &formats::ParsedRequest, ratio: Option<f64>) -> Measure {
         let ceiling = st.memory.ceiling.unwrap_or(self.config.ceiling);

@@ -341,7 +341,7 @@ impl Engine {
         // 1. Store what is new (our own blocks and note calls are not history). Instructions
         // are not history either; each new version of them is kept on the memory.
         remember_instructions(&mut st, &parsed.instructions, now);
-        let (incoming, notes) = self.clean_incoming(&parsed.history);
+        let (incoming, notes) = self.clean_incoming(&parsed.history, &self.offered_scope_tools(&st));
         let previous_user_at = st.memory.last_user_at;
         let (stored_seqs, stored_fp): (Vec<u64>, Vec<u64>) = st.history().map(|m| (m.seq, m.fingerprint)).unzip();
         let plan = ingest::plan(st.existed, &stored_fp, &incoming, args.history);
@@ -606,11 +606,7 @@ impl Engine {
         let mut st = self.take_state(&args.memory, now)?;
         let tool = self.config.note_tool.clone();
         // The scope tools are ours only where we offered them: a memory that names an agent.
-        let scope_tools: Vec<String> = [&self.config.scopes.remember_tool, &self.config.scopes.recall_tool]
-            .into_iter()
-            .filter(|t| !t.is_empty() && self.offers_scope_tools(&st))
-            .cloned()
-            .collect();
+        let scope_tools = self.offered_scope_tools(&st);
         let (mut response, mut removed) = formats::remove_tool_calls(&args.response, &tool);
         let mut remembered = Vec::new();
         for name in &scope_tools {

@@ -16,8 +16,10 @@ pub(super) struct NoteCall {
 
 impl Engine {
     /// Drops our own blocks from a request's history and takes note calls (and their outputs)
-    /// out of it: they are not history.
-    pub(super) fn clean_incoming(&self, history: &[Message]) -> (Vec<Message>, Vec<NoteCall>) {
+    /// out of it: they are not history. Calls to the scope tools we offered (`scope_tools`:
+    /// remember, recall) are taken out the same way (report already acted on them), so a
+    /// client that kept the model's raw reply never sends a call without its output.
+    pub(super) fn clean_incoming(&self, history: &[Message], scope_tools: &[String]) -> (Vec<Message>, Vec<NoteCall>) {
         let tool = &self.config.note_tool;
         let mut note_ids = BTreeSet::new();
         let mut notes = Vec::new();
@@ -29,19 +31,26 @@ impl Engine {
             if m.role == Role::Tool && m.tool_call_id.as_ref().is_some_and(|id| note_ids.contains(id)) {
                 continue;
             }
-            let calls: Vec<&ToolCall> = m.tool_calls.iter().filter(|c| &c.name == tool).collect();
+            let calls: Vec<&ToolCall> = m
+                .tool_calls
+                .iter()
+                .filter(|c| &c.name == tool || scope_tools.contains(&c.name))
+                .collect();
             if calls.is_empty() {
                 out.push(m.clone());
                 continue;
             }
             for c in calls {
                 note_ids.insert(c.id.clone());
-                notes.push(NoteCall {
-                    call: c.clone(),
-                    message: m.clone(),
-                });
+                if &c.name == tool {
+                    notes.push(NoteCall {
+                        call: c.clone(),
+                        message: m.clone(),
+                    });
+                }
             }
-            if let Some(rest) = m.without_tool_calls(tool) {
+            let rest = scope_tools.iter().try_fold(m.without_tool_calls(tool), |rest, name| Some(rest?.without_tool_calls(name)));
+            if let Some(rest) = rest.flatten() {
                 out.push(rest);
             }
         }
