@@ -35,12 +35,12 @@ impl Embedder for LetterEmbedder {
     }
 }
 
-/// Same words restate; "X lives in A" against "X lives in B" contradicts; nothing else relates.
-struct CityJudge;
+/// A judge that relates facts by a rule (`relation`) and finds nothing else.
+struct RuleJudge<F>(F);
 
-impl Judge for CityJudge {
+impl<F: Fn(&CallCtx, &str, &str) -> Relation + Send + Sync> Judge for RuleJudge<F> {
     fn name(&self) -> String {
-        "test-city".into()
+        "test-rule".into()
     }
     fn boundaries(&self, _: &CallCtx, units: &[&str]) -> Result<Vec<BoundaryScore>, ModelError> {
         Ok(units.iter().map(|_| BoundaryScore { first: 0.5, last: 0.5 }).collect())
@@ -54,16 +54,23 @@ impl Judge for CityJudge {
     fn distill(&self, _: &CallCtx, _: &[&str], _: &str) -> Result<Vec<usize>, ModelError> {
         Ok(Vec::new())
     }
-    fn relation(&self, _: &CallCtx, new: &str, held: &str) -> Result<Relation, ModelError> {
+    fn relation(&self, ctx: &CallCtx, new: &str, held: &str) -> Result<Relation, ModelError> {
+        Ok((self.0)(ctx, new, held))
+    }
+}
+
+/// Same words restate; "X lives in A" against "X lives in B" contradicts; nothing else relates.
+fn city_judge() -> Arc<dyn Judge> {
+    Arc::new(RuleJudge(|_: &CallCtx, new: &str, held: &str| {
         let norm = |s: &str| s.trim_end_matches('.').to_lowercase();
-        Ok(if norm(new) == norm(held) {
+        if norm(new) == norm(held) {
             Relation::Restates
         } else if new.contains(" lives in ") && held.contains(" lives in ") {
             Relation::Contradicts
         } else {
             Relation::Unrelated
-        })
-    }
+        }
+    }))
 }
 
 struct Setup {
@@ -77,7 +84,7 @@ fn setup() -> Setup {
     let embedder: Arc<dyn Embedder> = Arc::new(LetterEmbedder);
     let models = Models {
         embedder: embedder.clone(),
-        judge: Arc::new(CityJudge),
+        judge: city_judge(),
         usage: Arc::new(Usage::default()),
         request_embedder: embedder,
         priority: Arc::default(),
@@ -348,7 +355,7 @@ fn word_models() -> Models {
     let embedder: Arc<dyn Embedder> = Arc::new(WordEmbedder);
     Models {
         embedder: embedder.clone(),
-        judge: Arc::new(CityJudge),
+        judge: city_judge(),
         usage: Arc::new(Usage::default()),
         request_embedder: embedder,
         priority: Arc::default(),
@@ -411,31 +418,18 @@ fn a_knowledge_base_answers_as_reference_and_its_indexes_come_back() {
 
 /// In consolidation (asked for the agent), says "restates" of two facts about bullet points and
 /// counts the calls; at a handoff (asked for a conversation) relates nothing.
-struct BulletJudge(Arc<std::sync::atomic::AtomicUsize>);
-
-impl Judge for BulletJudge {
-    fn name(&self) -> String {
-        "test-bullets".into()
-    }
-    fn boundaries(&self, _: &CallCtx, units: &[&str]) -> Result<Vec<BoundaryScore>, ModelError> {
-        Ok(units.iter().map(|_| BoundaryScore { first: 0.5, last: 0.5 }).collect())
-    }
-    fn about(&self, _: &CallCtx, _: &str, _: &[&str]) -> Result<(f32, bool), ModelError> {
-        Ok((0.5, false))
-    }
-    fn walk_levels(&self, _: &CallCtx, _: &str, facts: &[&str]) -> Result<Vec<WalkLevel>, ModelError> {
-        Ok(vec![WalkLevel::Unrelated; facts.len()])
-    }
-    fn distill(&self, _: &CallCtx, _: &[&str], _: &str) -> Result<Vec<usize>, ModelError> {
-        Ok(Vec::new())
-    }
-    fn relation(&self, ctx: &CallCtx, new: &str, held: &str) -> Result<Relation, ModelError> {
+fn bullet_judge(calls: Arc<std::sync::atomic::AtomicUsize>) -> Arc<dyn Judge> {
+    Arc::new(RuleJudge(move |ctx: &CallCtx, new: &str, held: &str| {
         if ctx.memory != "coach" {
-            return Ok(Relation::Unrelated);
+            return Relation::Unrelated;
         }
-        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Ok(if new.contains("bullet") && held.contains("bullet") { Relation::Restates } else { Relation::Unrelated })
-    }
+        calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if new.contains("bullet") && held.contains("bullet") {
+            Relation::Restates
+        } else {
+            Relation::Unrelated
+        }
+    }))
 }
 
 #[test]
@@ -446,7 +440,7 @@ fn consolidation_asks_each_pair_once_and_waits_for_the_next_day_when_its_budget_
     let embedder: Arc<dyn Embedder> = Arc::new(LetterEmbedder);
     let models = Models {
         embedder: embedder.clone(),
-        judge: Arc::new(BulletJudge(calls.clone())),
+        judge: bullet_judge(calls.clone()),
         usage: Arc::new(Usage::default()),
         request_embedder: embedder,
         priority: Arc::default(),
