@@ -66,6 +66,10 @@ fn index_name(agent: &str) -> String {
     format!("\0documents\0{agent}")
 }
 
+fn index_error(e: crate::index::IndexError) -> EngineError {
+    EngineError::Index(format!("document index: {e}"))
+}
+
 fn key(document: u64, chunk: usize) -> u64 {
     document * MAX_CHUNKS + chunk as u64
 }
@@ -234,7 +238,6 @@ impl Engine {
         if ix.marks(&name) == Some(truth) {
             return Ok(false);
         }
-        let index_error = |e: crate::index::IndexError| EngineError::Index(format!("document index: {e}"));
         ix.drop_memory(&name).map_err(index_error)?;
         for d in &docs {
             for (i, c) in d.chunks.iter().enumerate() {
@@ -276,7 +279,6 @@ impl Engine {
     /// best first, none below `min_relevance`.
     pub(super) fn search_documents(&self, agent: &str, text: &str, vector: Option<&[f32]>) -> Result<Vec<Excerpt>, EngineError> {
         let name = index_name(agent);
-        let index_error = |e: crate::index::IndexError| EngineError::Index(format!("document index: {e}"));
         let mut keys_found: Vec<u64> = match &self.indexes {
             Some(ix) => {
                 let mut found: Vec<u64> = ix.words.search(&name, text, SEARCH_K).map_err(index_error)?.into_iter().map(|h| h.0).collect();
