@@ -189,7 +189,7 @@ impl Engine {
             tracing::info!(memory = %m, done = i, of = behind.len(), "bringing search indexes up to the store");
             self.update_indexes(m)?;
         }
-        // The agents' knowledge bases: rebuilt whole when behind (documents are few).
+        // The agents' knowledge bases: rebuilt whole when behind.
         Ok(behind.len() + self.check_document_indexes()?)
     }
 

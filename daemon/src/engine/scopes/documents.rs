@@ -4,8 +4,9 @@
 //! are shown as reference, never as something learned from a conversation.
 //!
 //! The store holds each document whole, its chunks and their vectors with it; the indexes
-//! are caches under one pseudo-memory per agent ([`index_name`]), rebuilt from the store when
-//! their mark (the agent's `documents_version`) is not the store's.
+//! are caches under one pseudo-memory per agent ([`index_name`]). Each add or remove changes
+//! them by that document alone; they are rebuilt from the store when their mark (the agent's
+//! `documents_version`) is not the version just before a change, or at start.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -68,6 +69,18 @@ fn index_name(agent: &str) -> String {
 
 fn index_error(e: crate::index::IndexError) -> EngineError {
     EngineError::Index(format!("document index: {e}"))
+}
+
+/// A document's chunks into both indexes (by meaning only those with a vector of the index's
+/// dimension).
+fn add_chunks(ix: &crate::index::Indexes, name: &str, d: &Document) -> Result<(), EngineError> {
+    for (i, c) in d.chunks.iter().enumerate() {
+        ix.words.add(name, key(d.n, i), &c.text).map_err(index_error)?;
+        if let Some(vix) = ix.vectors.as_ref().filter(|v| !c.v.is_empty() && c.v.len() == v.dim()) {
+            vix.add(name, key(d.n, i), &c.v).map_err(index_error)?;
+        }
+    }
+    Ok(())
 }
 
 fn key(document: u64, chunk: usize) -> u64 {
@@ -151,7 +164,7 @@ impl Engine {
         let chunks: Vec<Chunk> = texts.into_iter().zip(vectors).map(|(text, v)| Chunk { text, v }).collect();
         let lock = self.agent_lock(agent);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-        let (doc, replaced) = self.store.write(|w| {
+        let (doc, replaced, version) = self.store.write(|w| {
             let mut rec = agent_record(w, agent)?;
             let replaced: Option<Document> = documents(w, agent)?.into_iter().find(|d| d.name == name);
             if let Some(old) = &replaced {
@@ -176,9 +189,9 @@ impl Engine {
                 items: vec![doc.n],
                 detail: json!({"name": doc.name, "chunks": doc.chunks.len(), "replaced": replaced.as_ref().map(|d| d.n)}),
             })?;
-            Ok((doc, replaced))
+            Ok((doc, replaced, rec.documents_version))
         })?;
-        self.index_documents(agent)?;
+        self.index_change(agent, version, Some(&doc), replaced.as_ref())?;
         Ok(json!({
             "id": doc.n,
             "name": doc.name,
@@ -210,6 +223,7 @@ impl Engine {
             let mut rec = agent_record(w, agent)?;
             rec.documents_version += 1;
             w.put(Table::Agents, &keys::memory(agent), &rec)?;
+            let version = rec.documents_version;
             audit(w, agent, &AuditEntry {
                 at: now,
                 action: "remove_document".into(),
@@ -218,16 +232,45 @@ impl Engine {
                 items: vec![n],
                 detail: json!({"name": doc.name, "chunks": doc.chunks.len()}),
             })?;
-            Ok(Some(doc))
+            Ok(Some((doc, version)))
         })?;
-        let doc = doc.ok_or_else(|| EngineError::NotFound(format!("agent {agent:?} has no document {n}")))?;
-        self.index_documents(agent)?;
+        let (doc, version) = doc.ok_or_else(|| EngineError::NotFound(format!("agent {agent:?} has no document {n}")))?;
+        self.index_change(agent, version, None, Some(&doc))?;
         Ok(json!({"removed": {"id": n, "name": doc.name, "chunks": doc.chunks.len()}}))
     }
 
+    /// One document added and/or one removed, moving the agent's `documents_version` to
+    /// `version`: applied to the indexes alone when they hold the version just before it (the
+    /// usual case: changes are made under the agent's lock), else they are rebuilt.
+    fn index_change(&self, agent: &str, version: u64, added: Option<&Document>, removed: Option<&Document>) -> Result<(), EngineError> {
+        let Some(ix) = &self.indexes else { return Ok(()) };
+        let name = index_name(agent);
+        {
+            let lock = self.index_lock(&name);
+            let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+            if ix.marks(&name) == Some(Marks { facts: version - 1, passages: 0 }) {
+                if let Some(d) = removed {
+                    for i in 0..d.chunks.len() {
+                        ix.words.remove(&name, key(d.n, i)).map_err(index_error)?;
+                        if let Some(vix) = &ix.vectors {
+                            vix.remove(&name, key(d.n, i)).map_err(index_error)?;
+                        }
+                    }
+                }
+                if let Some(d) = added {
+                    add_chunks(ix, &name, d)?;
+                }
+                ix.commit(&name).map_err(index_error)?;
+                ix.set_marks(&name, Marks { facts: version, passages: 0 }).map_err(index_error)?;
+                return Ok(());
+            }
+        }
+        self.index_documents(agent).map(drop)
+    }
+
     /// Brings the agent's document indexes to the store: rebuilt whole from the stored chunks
-    /// and vectors when their mark is not the agent's `documents_version` (documents are few
-    /// and a rebuild reads no model).
+    /// and vectors when their mark is not the agent's `documents_version` (a rebuild reads no
+    /// model).
     pub(crate) fn index_documents(&self, agent: &str) -> Result<bool, EngineError> {
         let Some(ix) = &self.indexes else { return Ok(false) };
         let name = index_name(agent);
@@ -240,14 +283,7 @@ impl Engine {
         }
         ix.drop_memory(&name).map_err(index_error)?;
         for d in &docs {
-            for (i, c) in d.chunks.iter().enumerate() {
-                ix.words.add(&name, key(d.n, i), &c.text).map_err(index_error)?;
-                if let (Some(vix), false) = (&ix.vectors, c.v.is_empty()) {
-                    if c.v.len() == vix.dim() {
-                        vix.add(&name, key(d.n, i), &c.v).map_err(index_error)?;
-                    }
-                }
-            }
+            add_chunks(ix, &name, d)?;
         }
         ix.commit(&name).map_err(index_error)?;
         ix.set_marks(&name, truth).map_err(index_error)?;
