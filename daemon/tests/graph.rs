@@ -127,6 +127,28 @@ fn entities_resolve_aliases_the_note_names_and_keep_distinct_ones_apart() {
 }
 
 #[test]
+fn a_fact_that_names_no_object_is_about_its_subject_and_no_nameless_entity_is_made() {
+    let s = setup();
+    note(
+        &s,
+        "g",
+        vec![
+            fact("Caroline joined a mentorship program.", "Caroline", ""),
+            fact("Melanie signed up for a pottery class.", "Melanie", "  "),
+        ],
+        1000.0,
+    );
+    let export = s.engine.export("g").unwrap();
+    for i in 0..2 {
+        assert_eq!(entity_of(&export, i, "object"), entity_of(&export, i, "subject"));
+    }
+    // Without the rule, both facts met at one entity named "": a hub joining unrelated facts
+    // (and the recall block named a group "About :").
+    let names: Vec<&str> = export["entities"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["Caroline", "Melanie"]);
+}
+
+#[test]
 fn a_restatement_merges_and_a_contradiction_retires_keeping_both() {
     let s = setup();
     let traces_at = |s: &Setup| s.engine.export("r").unwrap()["traces"].as_array().unwrap().clone();

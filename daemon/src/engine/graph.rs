@@ -240,9 +240,15 @@ pub(super) fn plan(
         let subject = resolver
             .resolve(&f.subject, &f.subject_aliases, &name_vecs[2 * i])
             .map_err(|e| e.to_string())?;
-        let object = resolver
-            .resolve(&f.object, &f.object_aliases, &name_vecs[2 * i + 1])
-            .map_err(|e| e.to_string())?;
+        // A fact that names no object is about its subject alone: an edge from the subject to
+        // itself. An empty name is no entity (it would join every such fact into one hub).
+        let object = if norm(&f.object).is_empty() {
+            subject
+        } else {
+            resolver
+                .resolve(&f.object, &f.object_aliases, &name_vecs[2 * i + 1])
+                .map_err(|e| e.to_string())?
+        };
         placed.push(Placed {
             fact: f.n,
             subject,
