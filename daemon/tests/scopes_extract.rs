@@ -183,3 +183,153 @@ fn working_notes_are_read_with_the_unnoted_turns() {
     assert!(read.contains("user: Remind me about the renewal."), "{read}");
     assert!(read.contains("assistant (working note): The domain renewal is due on March 3."), "{read}");
 }
+
+/// The first `n` airline conversations of the real agent traces (tau-bench).
+fn airline_traces(n: usize) -> Vec<Vec<serde_json::Value>> {
+    use std::io::BufRead;
+    let dir = match std::env::var_os("RECALLD_BENCH_DIR") {
+        Some(d) if !d.is_empty() => std::path::PathBuf::from(d),
+        _ => std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/bench"),
+    };
+    let file = std::fs::File::open(dir.join("agent-traces-dev.jsonl")).expect("agent-traces-dev.jsonl (set RECALLD_BENCH_DIR)");
+    std::io::BufReader::new(file)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(&l.unwrap()).unwrap())
+        .filter(|t| t["id"].as_str().is_some_and(|id| id.starts_with("tau-bench/airline/")))
+        .take(n)
+        .map(|t| t["messages"].as_array().unwrap().clone())
+        .collect()
+}
+
+/// One whole conversation of agent "ops" with "alex" at `now`: every message up to the last
+/// assistant message is the request, that message the reply; then it ends and hands over.
+fn converse(e: &Engine, memory: &str, messages: &[serde_json::Value], now: f64) {
+    let last = messages.iter().rposition(|m| m["role"] == "assistant").unwrap();
+    e.decorate(DecorateArgs {
+        memory: memory.into(),
+        request: json!({"model": "gpt-4o", "messages": messages[..last]}),
+        now: Some(now),
+        dry_run: false,
+        ceiling: None,
+        agent: Some("ops".into()),
+        user: Some("alex".into()),
+        history: HistoryMode::Full,
+    })
+    .unwrap();
+    let reply = json!({"id": "r", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0,
+        "finish_reason": "stop", "message": messages[last]}]});
+    e.report(ReportArgs { memory: memory.into(), response: reply, now: Some(now + 1.0) }).unwrap();
+    e.end(memory, Some(now + 60.0)).unwrap();
+    while e.run_next_job(memory).unwrap() {}
+}
+
+/// Per user message, the tools called until the next one (repeats in a row once), where two
+/// or more different tools were: written here independently of the daemon.
+fn expected_sequences(messages: &[serde_json::Value]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current: Option<Vec<String>> = None;
+    let flush = |c: Option<Vec<String>>, out: &mut Vec<String>| {
+        if let Some(tools) = c {
+            if tools.iter().collect::<std::collections::BTreeSet<_>>().len() >= 2 {
+                out.push(tools.join(" → "));
+            }
+        }
+    };
+    for m in messages {
+        match m["role"].as_str() {
+            Some("user") => flush(current.replace(Vec::new()), &mut out),
+            Some("assistant") => {
+                for c in m["tool_calls"].as_array().into_iter().flatten() {
+                    let name = c["function"]["name"].as_str().unwrap().to_owned();
+                    if let Some(tools) = current.as_mut().filter(|t| t.last() != Some(&name)) {
+                        tools.push(name);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    flush(current, &mut out);
+    out
+}
+
+fn procedures(e: &Engine) -> Vec<serde_json::Value> {
+    facts(e).into_iter().filter(|f| f["tier"] == "procedural").collect()
+}
+
+#[test]
+fn the_agents_repeated_ways_become_procedures_and_a_newer_way_replaces_the_older() {
+    let (e, _, _dir) = setup((0..40).map(|_| Ok(vec![])).collect());
+    let traces = airline_traces(10);
+    let mut seen: std::collections::BTreeMap<String, std::collections::BTreeSet<usize>> = Default::default();
+    for (i, t) in traces.iter().enumerate() {
+        converse(&e, &format!("air-{i}"), t, T0 + 3_600.0 * i as f64);
+        for s in expected_sequences(t) {
+            seen.entry(s).or_default().insert(i);
+        }
+    }
+    // Every sequence followed in two or more conversations, and nothing else, is a procedure.
+    let repeated: Vec<&String> = seen.iter().filter(|(_, c)| c.len() >= 2).map(|(s, _)| s).collect();
+    assert!(!repeated.is_empty(), "the traces repeat a way of working: {seen:?}");
+    let got = procedures(&e);
+    let mut subjects: Vec<&str> = got.iter().map(|f| f["subject"].as_str().unwrap()).collect();
+    subjects.sort();
+    assert_eq!(subjects, repeated.iter().map(|s| s.as_str()).collect::<Vec<_>>(), "{got:#?}");
+    let usual = got.iter().find(|f| f["subject"] == "get_user_details → get_reservation_details").expect("the usual lookup");
+    let times = seen["get_user_details → get_reservation_details"].len();
+    assert!(usual["text"].as_str().unwrap().contains(&format!("in {times} conversations")), "{usual}");
+    assert!(usual["text"].as_str().unwrap().contains("For example: \""), "{usual}");
+    assert_eq!(usual["status"]["state"], "active");
+
+    // Later the agent looks reservations up another way, in two conversations, and never the
+    // old way again: the new way replaces the old, which stays (replaced, not deleted).
+    let later = T0 + 10.0 * 86_400.0;
+    for i in 0..2 {
+        let call = |id: &str, name: &str| json!({"id": id, "type": "function", "function": {"name": name, "arguments": "{}"}});
+        let messages = vec![
+            json!({"role": "user", "content": format!("Hi, I need to change the flight on reservation number {i}ZFA04, my user id is mia_li_3668.")}),
+            json!({"role": "assistant", "content": null, "tool_calls": [call("a", "get_user_details")]}),
+            json!({"role": "tool", "tool_call_id": "a", "content": "{\"user_id\": \"mia_li_3668\"}"}),
+            json!({"role": "assistant", "content": null, "tool_calls": [call("b", "find_reservations")]}),
+            json!({"role": "tool", "tool_call_id": "b", "content": "[\"ZFA04\"]"}),
+            json!({"role": "assistant", "content": "Found it. Which flight would you like instead?"}),
+        ];
+        converse(&e, &format!("new-{i}"), &messages, later + 3_600.0 * i as f64);
+    }
+    let got = procedures(&e);
+    let new = got.iter().find(|f| f["subject"] == "get_user_details → find_reservations").expect("the new way");
+    let old = got.iter().find(|f| f["subject"] == "get_user_details → get_reservation_details").unwrap();
+    assert_eq!(old["status"]["state"], "replaced", "{old}");
+    assert_eq!(old["status"]["by"], new["id"]);
+    assert_eq!(new["status"]["state"], "active");
+    // Ways that start elsewhere are another matter: they stay.
+    for f in got.iter().filter(|f| !f["subject"].as_str().unwrap().starts_with("get_user_details")) {
+        assert_eq!(f["status"]["state"], "active", "{f}");
+    }
+    // A new conversation asking the like is shown the current way, not the replaced one.
+    let decorated = e
+        .decorate(DecorateArgs {
+            memory: "next".into(),
+            request: json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "Hi, I need to change the flight on my reservation."}]}),
+            now: Some(later + 86_400.0),
+            dry_run: true,
+            ceiling: None,
+            agent: Some("ops".into()),
+            user: Some("alex".into()),
+            history: HistoryMode::Full,
+        })
+        .unwrap();
+    let block = decorated.request["messages"].to_string();
+    assert!(block.contains("get_user_details, then find_reservations"), "{block}");
+    assert!(!block.contains("get_user_details, then get_reservation_details"), "{block}");
+
+    // Forgetting a conversation the new way was seen in removes it with its routines, and
+    // the old way it replaced is active again; the next consolidation does not find the new
+    // way again (one conversation is no pattern).
+    e.forget("new-1").unwrap();
+    e.consolidate("ops", Some("alex"), Some(later + 86_400.0)).unwrap();
+    let got = procedures(&e);
+    assert!(got.iter().all(|f| f["subject"] != "get_user_details → find_reservations"), "{got:#?}");
+    let old = got.iter().find(|f| f["subject"] == "get_user_details → get_reservation_details").unwrap();
+    assert_eq!(old["status"]["state"], "active", "{old}");
+}

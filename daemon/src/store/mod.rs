@@ -64,10 +64,12 @@ pub enum Table {
     /// agent id + digest of two facts' texts → whether the judge said the newer restates the
     /// older (each pair is asked once; a changed text is a new pair).
     Verdicts,
+    /// agent id + memory id + NUL + seq → a request and the tools called for it (procedural tier).
+    Routines,
 }
 
 impl Table {
-    const ALL: [Table; 20] = [
+    const ALL: [Table; 21] = [
         Table::Meta,
         Table::Memories,
         Table::Messages,
@@ -88,6 +90,7 @@ impl Table {
         Table::Hot,
         Table::Documents,
         Table::Verdicts,
+        Table::Routines,
     ];
 
     /// The table's name in LMDB (and in receipts).
@@ -113,6 +116,7 @@ impl Table {
             Table::Hot => "hot",
             Table::Documents => "documents",
             Table::Verdicts => "verdicts",
+            Table::Routines => "routines",
         }
     }
 
@@ -122,7 +126,7 @@ impl Table {
     fn keyed_by_memory(self) -> MemoryKeying {
         match self {
             // Keyed by agent: a forgotten memory's scope facts are removed by `scopes`.
-            Table::Meta | Table::Agents | Table::ScopeFacts | Table::Audit | Table::Hot | Table::Documents | Table::Verdicts => MemoryKeying::None,
+            Table::Meta | Table::Agents | Table::ScopeFacts | Table::Audit | Table::Hot | Table::Documents | Table::Verdicts | Table::Routines => MemoryKeying::None,
             Table::Memories => MemoryKeying::Exact,
             _ => MemoryKeying::Prefix,
         }

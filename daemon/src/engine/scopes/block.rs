@@ -283,6 +283,7 @@ fn fact_line(f: &ScopeFact) -> String {
     let source = match f.tier {
         Tier::Semantic => format!("agreed in {} conversations", f.sources.len().max(2)),
         Tier::Episodic => "one conversation".into(),
+        Tier::Procedural => "the agent's own way of working".into(),
     };
     format!(
         "\n- {} ({}; {}, {})",

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::records::{AuditEntry, Kind, Origin, ScopeFact, Status, Tier};
-use super::{agent_record, audit, kinds, put_fact, scope_facts};
+use super::records::Routine;
+use super::{agent_record, audit, kinds, procedures, put_fact, scope_facts};
 use crate::engine::records::{Fact, Job, VectorKind, VectorRecord};
 use crate::engine::state::State;
 use crate::engine::{Engine, EngineError};
@@ -38,6 +39,8 @@ struct Snapshot {
     /// When the first of them was (working notes saved since are read with them).
     transcript_from: Option<f64>,
     next_seq: u64,
+    /// The requests since the last handoff and the tools called for each (procedural tier).
+    routines: Vec<procedures::Draft>,
 }
 
 /// A fact about to join the scope: from the memory's notes, or read out of its un-noted turns.
@@ -63,6 +66,9 @@ enum Check {
 
 impl Engine {
     pub(crate) fn run_handoff(&self, memory: &str, job: &Job) -> Result<bool, EngineError> {
+        // Our own tools are no part of how the agent works.
+        let scopes = &self.config.scopes;
+        let ours = [self.config.note_tool.as_str(), scopes.remember_tool.as_str(), scopes.recall_tool.as_str()];
         let snap = self.peek(memory, |st| {
             let agent = st.memory.agent.clone()?;
             let mark = st.memory.handed_off;
@@ -84,6 +90,7 @@ impl Engine {
                 transcript_from,
                 transcript_at: st.history().last().map(|m| m.at),
                 next_seq: st.memory.next_seq,
+                routines: procedures::routines_of(st, st.memory.extracted_to, &ours),
             })
         })?;
         // The working notes this conversation saved while those turns went on are read with
@@ -96,12 +103,13 @@ impl Engine {
                 s.transcript.push_str(&format!("assistant (working note): {}\n", n.text));
             }
         }
-        let policy_captures = match &snap {
+        let (policy_captures, procedural) = match &snap {
             Some(s) => {
                 let rec = self.store.read(|r| agent_record(r, &s.agent))?;
-                self.policy_of(&rec).captures()
+                let policy = self.policy_of(&rec);
+                (policy.captures(), policy.captures() && policy.procedural)
             }
-            None => false,
+            None => (false, false),
         };
         // Judge without a lock: vectors (stored by the graph lane, else embedded now), kinds,
         // and the shown facts' fate.
@@ -109,6 +117,41 @@ impl Engine {
         let mut checks = Vec::new();
         let mut incoming: Vec<Incoming> = Vec::new();
         let mut extracted_vectors: Vec<VectorRecord> = Vec::new();
+        let mut routines: Vec<Routine> = Vec::new();
+        if let (Some(s), true) = (&snap, procedural) {
+            routines = s
+                .routines
+                .iter()
+                .map(|d| Routine {
+                    memory: memory.to_owned(),
+                    owner: s.user.clone(),
+                    seq: d.seq,
+                    ask: d.ask.clone(),
+                    tools: d.tools.clone(),
+                    at: d.at,
+                    model: String::new(),
+                    v: Vec::new(),
+                })
+                .collect();
+            // The requests are embedded so that like requests are found alike.
+            if let (Some(models), false) = (&self.models, routines.is_empty()) {
+                let asks: Vec<&str> = routines.iter().map(|r| r.ask.as_str()).collect();
+                match models.embedder.embed(&CallCtx { memory }, &asks) {
+                    Ok(vs) if vs.len() == routines.len() => {
+                        let model = models.embedder.id().name;
+                        for (r, v) in routines.iter_mut().zip(vs) {
+                            r.model = model.clone();
+                            r.v = v;
+                        }
+                    }
+                    Ok(_) => tracing::warn!(memory, "embedder gave the wrong number of vectors; routines kept without"),
+                    Err(e) => {
+                        self.store.write(|w| crate::engine::state::fail_job(w, memory, job.n, &e.to_string()))?;
+                        return Ok(false);
+                    }
+                }
+            }
+        }
         if let (Some(s), true) = (&snap, policy_captures) {
             incoming = s
                 .facts
@@ -305,13 +348,16 @@ impl Engine {
                     put_fact(w, &s.agent, &held)?;
                 }
                 w.put(Table::Agents, &keys::memory(&s.agent), &rec)?;
+                for r in &routines {
+                    procedures::put_routine(w, &s.agent, r)?;
+                }
                 audit(w, &s.agent, &AuditEntry {
                     at: now,
                     action: "handoff".into(),
                     memory: Some(memory.to_owned()),
                     user: s.user.clone(),
                     items: handed.clone(),
-                    detail: json!({"used": used, "replaced": replaced}),
+                    detail: json!({"used": used, "replaced": replaced, "routines": routines.len()}),
                 })?;
             }
             // The mark moves with the scope's facts, so a re-run never hands a fact twice.
@@ -328,6 +374,9 @@ impl Engine {
             tracing::info!(memory, agent = %s.agent, facts = handed.len(), "conversation handed to its scope");
             if let Err(e) = self.consolidate_owner(&s.agent, s.user.as_deref(), now) {
                 tracing::warn!(agent = %s.agent, error = %e, "consolidation failed; tried again at the next handoff or consolidate");
+            }
+            if let Err(e) = self.find_procedures(&s.agent, s.user.as_deref(), now) {
+                tracing::warn!(agent = %s.agent, error = %e, "finding procedures failed; tried again at the next handoff or consolidate");
             }
         }
         // The job ends after the consolidation it causes, so `quiet` covers both (a crash

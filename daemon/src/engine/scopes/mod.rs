@@ -23,6 +23,7 @@ pub mod hot;
 pub mod kinds;
 pub mod ops;
 pub mod policy;
+pub(crate) mod procedures;
 pub mod records;
 mod sweep;
 pub mod tools;
@@ -87,9 +88,14 @@ impl Default for ScopesConfig {
 /// Whether a user sees a scope fact: their own, the agent's ownerless ones, and all of them
 /// when the agent shares across users.
 pub(super) fn visible(f: &ScopeFact, sharing: Sharing, user: Option<&str>) -> bool {
-    match (&f.owner, sharing) {
+    visible_owner(f.owner.as_deref(), sharing, user)
+}
+
+/// Whether a user sees what `owner` owns (see [`visible`]).
+pub(super) fn visible_owner(owner: Option<&str>, sharing: Sharing, user: Option<&str>) -> bool {
+    match (owner, sharing) {
         (None, _) | (_, Sharing::Shared) => true,
-        (Some(owner), Sharing::Private) => Some(owner.as_str()) == user,
+        (Some(owner), Sharing::Private) => Some(owner) == user,
     }
 }
 

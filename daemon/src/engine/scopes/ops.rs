@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::policy::PolicyName;
 use super::records::{AgentRecord, AuditEntry, ScopeFact, Sharing, Status};
-use super::{agent_record, audit, put_fact, scope_facts, visible};
+use super::{agent_record, audit, put_fact, scope_facts, visible, visible_owner};
 use crate::engine::records::JobKind;
 use crate::engine::{Engine, EngineError};
 use crate::models::CallCtx;
@@ -361,7 +361,9 @@ impl Engine {
             owners.push(user);
         }
         for owner in owners {
-            out["owners"][owner.unwrap_or("")] = self.consolidate_owner(agent, owner, now)?;
+            let mut done = self.consolidate_owner(agent, owner, now)?;
+            done["procedures"] = self.find_procedures(agent, owner, now)?;
+            out["owners"][owner.unwrap_or("")] = done;
         }
         Ok(out)
     }
@@ -416,8 +418,8 @@ impl Engine {
     pub fn clear_scope(&self, agent: &str, user: Option<&str>, tier: Option<&str>, now: Option<f64>) -> Result<Value, EngineError> {
         let now = super::super::now_or(now)?;
         if let Some(t) = tier {
-            if !["episodic", "semantic"].contains(&t) {
-                return Err(EngineError::InvalidArgument(format!("tier must be episodic or semantic, got {t:?}")));
+            if !["episodic", "semantic", "procedural"].contains(&t) {
+                return Err(EngineError::InvalidArgument(format!("tier must be episodic, semantic or procedural, got {t:?}")));
             }
         }
         let lock = self.agent_lock(agent);
@@ -431,6 +433,10 @@ impl Engine {
                 .filter(|f| tier.is_none_or(|t| json!(f.tier) == json!(t)))
                 .map(|f| f.n)
                 .collect();
+            // Cleared patterns are not found again: the routines they came from go too.
+            if tier.is_none_or(|t| t == "procedural") {
+                super::procedures::clear_routines(w, agent, |owner| visible_owner(owner, rec.sharing, user))?;
+            }
             if doomed.is_empty() {
                 return Ok(Vec::new());
             }
@@ -596,11 +602,13 @@ impl Engine {
         now: f64,
     ) -> Result<(u64, u64), StoreError> {
         let turns = super::hot::forget_turns(w, agent, user, memory)?;
+        let drawn = super::procedures::forget_routines(w, agent, memory)?;
         let facts = scope_facts(&*w, agent)?;
         let from_memory: BTreeSet<u64> = facts
             .iter()
             .filter(|f| f.origin.as_ref().is_some_and(|o| o.memory == memory))
             .map(|f| f.n)
+            .chain(drawn)
             .collect();
         if from_memory.is_empty() {
             return Ok((0, turns));

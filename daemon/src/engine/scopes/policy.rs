@@ -31,8 +31,8 @@ pub struct Policy {
     pub archive_days: f64,
     /// Tokens of the cross-memory block at most.
     pub budget_tokens: u64,
-    /// Whether procedural patterns are kept (no procedural tier is built yet; recorded so
-    /// the policy reads as the seed says).
+    /// Whether the agent's routines are kept and its repeated how-to patterns found
+    /// (`procedures`).
     pub procedural: bool,
 }
 
@@ -94,6 +94,7 @@ impl Policy {
         match tier {
             super::records::Tier::Episodic => self.episodic_cap,
             super::records::Tier::Semantic => self.semantic_cap,
+            super::records::Tier::Procedural => None,
         }
     }
 }

@@ -112,6 +112,9 @@ pub enum Tier {
     Episodic,
     /// A fact several episodic facts agreed on, listing them as its sources.
     Semantic,
+    /// A how-to pattern: the same sequence of tools the agent called for a request, in
+    /// several conversations (its `subject` is the sequence; see `procedures`).
+    Procedural,
 }
 
 /// What a fact is about (seed 002's kinds; `fact` when none is clear).
@@ -274,4 +277,23 @@ pub struct AuditEntry {
     /// What else the action says (the request's user message seq, a sweep's plan, ...).
     #[serde(default)]
     pub detail: serde_json::Value,
+}
+
+/// One request of a conversation and the tools the agent called for it, in order (repeats in a
+/// row once), kept at the handoff: what the procedural tier is found in.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Routine {
+    pub memory: String,
+    pub owner: Option<String>,
+    /// The seq of the user message that asked.
+    pub seq: u64,
+    /// The request's words (its first [`super::procedures::ASK_CHARS`] characters).
+    pub ask: String,
+    pub tools: Vec<String>,
+    pub at: f64,
+    /// Embedding of `ask` and its model (empty when no embedder ran).
+    #[serde(default)]
+    pub model: String,
+    #[serde(default)]
+    pub v: Vec<f32>,
 }
