@@ -506,6 +506,13 @@ fn a_working_note_saved_with_remember_reaches_the_users_next_conversations_for_a
     assert!(reply.response["choices"][0]["message"].get("tool_calls").is_none(), "{:#}", reply.response);
     assert!(!reply.again, "the reply had an answer besides the note");
     assert_eq!(e.hot_state("coach", Some("alex")).unwrap()["notes"][0]["text"], NOTE);
+    // Explicitly remembered: the note's class of facts weighs more for this user.
+    let agent = e.agent_settings("coach", Default::default(), Some(T0 + 1.0)).unwrap();
+    let learned = agent["learned_weights"]["alex"].as_object().expect("alex learned something").clone();
+    assert_eq!(learned.len(), 1, "{agent:#}");
+    let (class, w) = learned.iter().next().unwrap();
+    let prior = recalld::engine::scopes::decay::prior(class);
+    assert!((w.as_f64().unwrap() as f32 - prior * 1.25).abs() < 1e-4, "{class}: {w} against prior {prior}");
     // A client that kept the model's raw reply sends the call back: it is not history.
     let raw = reply_remembering(NOTE)["choices"][0]["message"].clone();
     let next = e

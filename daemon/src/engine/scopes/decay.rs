@@ -11,7 +11,8 @@
 //!   (2.0 × 1.35 = 2.7) outranks a favourite colour stated ten times (1.0 × 2.15 = 2.15).
 //!
 //! Learning is bounded and multiplicative: a positive signal (a later conversation shown the
-//! fact restated it, or a person confirmed or corrected it by hand) multiplies the class's
+//! fact restated it, a person confirmed or corrected it by hand, or the model saved a working
+//! note of that class with `remember`: explicitly remembered) multiplies the class's
 //! weight by 1 + `RATE`, a negative one (contradicted, deleted by hand) by 1 − `RATE`; it stays
 //! within [prior / 4, prior × 4]. Being found by a search counts in the fact's own access, not
 //! in its class: found is not yet mattered.
@@ -66,10 +67,16 @@ impl Default for KeepWeights {
 
 /// The class a fact's learned weight belongs to.
 pub fn class(f: &ScopeFact) -> &'static str {
-    match f.domain {
+    class_of(f.kind, f.domain)
+}
+
+/// The class of a fact of `kind` in `domain`: its domain when emotional or educational, else
+/// its kind.
+pub fn class_of(kind: Kind, domain: Domain) -> &'static str {
+    match domain {
         Domain::Emotional => "emotional",
         Domain::Educational => "educational",
-        Domain::General => match f.kind {
+        Domain::General => match kind {
             Kind::Preference => "preference",
             Kind::Decision => "decision",
             Kind::Environment => "environment",

@@ -156,6 +156,7 @@ impl Engine {
             "facts": rec.next_fact,
             "decay_days": rec.schedule(),
             "keep_weights": rec.keep_weights(),
+            "learned_weights": rec.learned,
         })
     }
 

@@ -65,8 +65,13 @@ impl AgentRecord {
 
     /// A signal about a fact of `owner`: its class's weight moves (see `decay`).
     pub fn learn(&mut self, f: &ScopeFact, positive: bool) {
-        let w = self.learned.entry(f.owner.clone().unwrap_or_default()).or_default();
-        super::decay::learn(w, super::decay::class(f), positive);
+        self.learn_class(f.owner.as_deref(), super::decay::class(f), positive);
+    }
+
+    /// A signal about a class of `owner`'s facts.
+    pub fn learn_class(&mut self, owner: Option<&str>, class: &str, positive: bool) {
+        let w = self.learned.entry(owner.unwrap_or_default().to_owned()).or_default();
+        super::decay::learn(w, class, positive);
     }
 
     /// A fact's importance now, with its owner's learned weights.

@@ -48,18 +48,28 @@ pub(crate) fn save_working_notes(
     notes: &[formats::Remember],
     now: f64,
 ) -> Result<(), StoreError> {
-    if !engine.policy_of(&agent_record(&*w, agent)?).captures() {
+    let mut rec = agent_record(&*w, agent)?;
+    if !engine.policy_of(&rec).captures() {
         return Ok(());
     }
     let mut blocks = Vec::new();
     for r in notes {
         match &r.block {
-            None => hot::push_note(w, agent, user, memory, r.note.trim(), now)?,
+            None => {
+                hot::push_note(w, agent, user, memory, r.note.trim(), now)?;
+                // Saved on purpose: this kind of fact matters to this user (seed 003's
+                // "explicitly remembered"), and its class learns as a confirmed fact's does.
+                let class = super::decay::class_of(super::kinds::infer(&r.note, false), super::kinds::domain(&r.note));
+                rec.learn_class(user, class, true);
+            }
             Some(name) => match hot::put_core_block(w, agent, user, name, &r.note)? {
                 Ok(()) => blocks.push(name.clone()),
                 Err(why) => tracing::warn!(memory, block = %name, why, "the model's core block is not kept"),
             },
         }
+    }
+    if notes.iter().any(|r| r.block.is_none()) {
+        w.put(Table::Agents, &keys::memory(agent), &rec)?;
     }
     audit(w, agent, &AuditEntry {
         at: now,
