@@ -253,6 +253,14 @@ mod tests {
     }
 
     #[test]
+    fn decay_days_are_set_per_policy_and_checked() {
+        parse_file("[engine.scopes.decay_days.conversational]\ngeneral = 7.0\n").unwrap();
+        let err = parse_file("[engine.scopes.decay_days.conversational]\ngeneal = 7.0\n").unwrap_err();
+        assert!(err.contains("geneal"), "{err}");
+        assert!(parse_file("[engine.scopes.decay_days.chatty]\ngeneral = 7.0\n").is_err());
+    }
+
+    #[test]
     fn group_implies_group_mode() {
         let dir = tempfile::tempdir().unwrap();
         let cfg = dir.path().join("r.toml");

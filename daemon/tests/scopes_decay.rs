@@ -79,6 +79,10 @@ struct Setup {
 }
 
 fn setup() -> Setup {
+    setup_with(EngineConfig { recall: false, ..EngineConfig::default() })
+}
+
+fn setup_with(config: EngineConfig) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
     let embedder: Arc<dyn Embedder> = Arc::new(LetterEmbedder);
@@ -89,7 +93,6 @@ fn setup() -> Setup {
         request_embedder: embedder,
         priority: Arc::default(),
     };
-    let config = EngineConfig { recall: false, ..EngineConfig::default() };
     Setup { engine: Engine::new(store, Some(models), config), _dir: dir }
 }
 
@@ -182,6 +185,28 @@ fn each_domain_fades_on_its_own_schedule() {
     // A year on, the emotional and educational facts are still kept.
     e.sweep("coach", T0 + 365.0 * DAY).unwrap();
     assert_eq!(listed(e, "alex", ListFilter::default(), T0 + 365.0 * DAY).len(), 2);
+}
+
+#[test]
+fn a_policys_schedule_applies_to_its_agents_unless_an_agent_sets_its_own() {
+    let scopes: recalld::engine::scopes::ScopesConfig = toml::from_str("[decay_days.knowledge_worker]\ngeneral = 10.0\n").unwrap();
+    let s = setup_with(EngineConfig { recall: false, scopes, ..EngineConfig::default() });
+    let e = &s.engine;
+    conversation(e, "c1", "alex", "hi", &[GENERAL, EMOTIONAL], T0);
+    let all = listed(e, "alex", ListFilter::default(), T0);
+    let observe = |text: &str, days: f64| {
+        e.observe_scope("coach", Some("alex"), find(&all, text)["id"].as_u64().unwrap(), Some(T0 + 1.0 + days * DAY)).unwrap()["decay"].clone()
+    };
+    // The knowledge worker policy's general facts halve in 10 days here; emotional ones keep
+    // the seed's 90 (a domain the setting does not name).
+    assert!((observe(GENERAL, 10.0)["freshness"].as_f64().unwrap() - 0.5).abs() < 1e-3);
+    assert_eq!(observe(EMOTIONAL, 0.0)["schedule_days"], 90.0);
+    let agent = e.agent_settings("coach", AgentChanges::default(), Some(T0)).unwrap();
+    assert_eq!(agent["decay_days"]["general"], 10.0, "{agent:#}");
+    // An agent's own schedule wins over its policy's.
+    let own = recalld::engine::scopes::decay::Schedule { general: 40.0, emotional: 90.0, educational: 180.0 };
+    e.agent_settings("coach", AgentChanges { schedule: Some(own), ..Default::default() }, Some(T0)).unwrap();
+    assert!((observe(GENERAL, 40.0)["freshness"].as_f64().unwrap() - 0.5).abs() < 1e-3);
 }
 
 #[test]

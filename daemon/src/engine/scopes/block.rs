@@ -136,7 +136,7 @@ impl Engine {
         let rank = |h: &Hit| {
             let age_days = ((now - h.fact.at) / 86_400.0).max(0.0);
             let recency = 0.5f64.powf(age_days / RECENCY_HALF_DAYS);
-            h.relevance as f64 + 0.1 * rec.importance(h.fact, now) as f64 + 0.05 * recency
+            h.relevance as f64 + 0.1 * self.importance(&rec, h.fact, now) as f64 + 0.05 * recency
         };
         hits.sort_by(|a, b| {
             let tier = |f: &ScopeFact| u8::from(f.tier == Tier::Episodic);

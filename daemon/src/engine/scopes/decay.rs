@@ -27,8 +27,9 @@ const DAY: f64 = 86_400.0;
 /// How far one signal moves a class's weight.
 pub const RATE: f32 = 0.25;
 
-/// Half-lives in days per domain.
+/// Half-lives in days per domain (a domain not named keeps the seed's).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Schedule {
     pub general: f64,
     pub emotional: f64,

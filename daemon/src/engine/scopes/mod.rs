@@ -67,6 +67,9 @@ pub struct ScopesConfig {
     pub remember_tool: String,
     /// The tool offered with it to search the agent's memory on purpose ("" offers none).
     pub recall_tool: String,
+    /// Half-lives per domain for the agents of a policy, where they differ from the seed's
+    /// (`[engine.scopes.decay_days.conversational] general = 7.0`).
+    pub decay_days: std::collections::BTreeMap<PolicyName, decay::Schedule>,
 }
 
 impl Default for ScopesConfig {
@@ -81,6 +84,7 @@ impl Default for ScopesConfig {
             judge_calls_per_day: 1_000,
             remember_tool: "remember".into(),
             recall_tool: "recall".into(),
+            decay_days: Default::default(),
         }
     }
 }
@@ -218,6 +222,21 @@ impl Engine {
     }
 
     pub(super) fn policy_of(&self, rec: &AgentRecord) -> Policy {
-        Policy::of(rec.policy.unwrap_or(self.config.scopes.policy))
+        let mut policy = Policy::of(rec.policy.unwrap_or(self.config.scopes.policy));
+        if let Some(s) = self.config.scopes.decay_days.get(&policy.name) {
+            policy.decay_days = *s;
+        }
+        policy
+    }
+
+    /// The half-lives an agent's facts fade by: its own, else its policy's.
+    pub(super) fn schedule_of(&self, rec: &AgentRecord) -> decay::Schedule {
+        rec.schedule.unwrap_or_else(|| self.policy_of(rec).decay_days)
+    }
+
+    /// A fact's importance now, on its agent's schedule and weights and its owner's learned
+    /// class weights.
+    pub(super) fn importance(&self, rec: &AgentRecord, f: &ScopeFact, now: f64) -> f32 {
+        decay::importance(f, now, &self.schedule_of(rec), &rec.keep_weights(), rec.weights(f.owner.as_deref()))
     }
 }

@@ -154,7 +154,7 @@ impl Engine {
             "sweep": if rec.sweep_live { "live" } else { "report" },
             "last_sweep": rec.last_sweep,
             "facts": rec.next_fact,
-            "decay_days": rec.schedule(),
+            "decay_days": self.schedule_of(rec),
             "keep_weights": rec.keep_weights(),
             "learned_weights": rec.learned,
         })
@@ -184,7 +184,7 @@ impl Engine {
             .take(filter.limit.unwrap_or(usize::MAX))
             .map(|f| {
                 let mut v = f.view(now);
-                v["importance_now"] = json!(rec.importance(f, now));
+                v["importance_now"] = json!(self.importance(&rec, f, now));
                 v
             })
             .collect();
@@ -281,13 +281,13 @@ impl Engine {
             .find(|f| f.n == id && visible(f, rec.sharing, user))
             .ok_or_else(|| not_found(agent, id))?;
         let mut v = f.view(now);
-        v["importance_now"] = json!(rec.importance(f, now));
+        v["importance_now"] = json!(self.importance(&rec, f, now));
         v["decay"] = json!({
             "class": super::decay::class(f),
-            "freshness": super::decay::freshness(f, now, &rec.schedule()),
-            "keep": super::decay::keep(f, now, &rec.schedule(), &rec.keep_weights()),
+            "freshness": super::decay::freshness(f, now, &self.schedule_of(&rec)),
+            "keep": super::decay::keep(f, now, &self.schedule_of(&rec), &rec.keep_weights()),
             "salience": super::decay::salience(f, rec.weights(f.owner.as_deref())),
-            "schedule_days": rec.schedule().days(f.domain),
+            "schedule_days": self.schedule_of(&rec).days(f.domain),
             "learned_weights": rec.weights(f.owner.as_deref()),
         });
         v["source_facts"] = facts.iter().filter(|s| f.sources.contains(&s.n)).map(|s| s.view(now)).collect();

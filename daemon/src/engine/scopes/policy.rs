@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 const DAY: f64 = 86_400.0;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PolicyName {
     /// Nothing captured or recalled.
@@ -34,6 +34,9 @@ pub struct Policy {
     /// Whether the agent's routines are kept and its repeated how-to patterns found
     /// (`procedures`).
     pub procedural: bool,
+    /// Half-lives of episodic importance per domain (the seed's 30, 90 and 180 days unless
+    /// `[engine.scopes.decay_days.<policy>]` says otherwise; an agent may set its own).
+    pub decay_days: super::decay::Schedule,
 }
 
 impl Policy {
@@ -48,6 +51,7 @@ impl Policy {
             archive_days: 90.0,
             budget_tokens: 3_000,
             procedural: true,
+            decay_days: super::decay::Schedule::default(),
         };
         match name {
             PolicyName::Off => Policy {

@@ -50,10 +50,6 @@ pub struct AgentRecord {
 }
 
 impl AgentRecord {
-    pub fn schedule(&self) -> super::decay::Schedule {
-        self.schedule.unwrap_or_default()
-    }
-
     pub fn keep_weights(&self) -> super::decay::KeepWeights {
         self.keep_weights.unwrap_or_default()
     }
@@ -72,11 +68,6 @@ impl AgentRecord {
     pub fn learn_class(&mut self, owner: Option<&str>, class: &str, positive: bool) {
         let w = self.learned.entry(owner.unwrap_or_default().to_owned()).or_default();
         super::decay::learn(w, class, positive);
-    }
-
-    /// A fact's importance now, with its owner's learned weights.
-    pub fn importance(&self, f: &ScopeFact, now: f64) -> f32 {
-        super::decay::importance(f, now, &self.schedule(), &self.keep_weights(), self.weights(f.owner.as_deref()))
     }
 
     pub fn new(agent: &str) -> AgentRecord {

@@ -53,12 +53,12 @@ impl Engine {
         let retention = policy.retention_secs(rec.retention_days, self.config.scopes.retention_days);
         let mut plan: Vec<(u64, Action)> = Vec::new();
         if policy.captures() {
-            let faded = faded_below(&rec, retention, now);
+            let faded = faded_below(&rec, &self.schedule_of(&rec), retention, now);
             for f in &facts {
                 let age = now - f.at;
                 match f.status {
                     Status::Active => {
-                        let importance = rec.importance(f, now);
+                        let importance = self.importance(&rec, f, now);
                         if f.tier == Tier::Episodic && policy.archive_unused && importance < faded {
                             plan.push((f.n, Action::Archive("faded past retention")));
                         } else if f.tier == Tier::Episodic
@@ -88,7 +88,7 @@ impl Engine {
                     continue;
                 }
                 // Lowest first: importance now, then uses, then the oldest.
-                let rank = |f: &ScopeFact| rec.importance(f, now);
+                let rank = |f: &ScopeFact| self.importance(&rec, f, now);
                 live.sort_by(|a, b| rank(a).total_cmp(&rank(b)).then(a.uses.cmp(&b.uses)).then(a.at.total_cmp(&b.at)));
                 let over = live.len() - cap;
                 for f in &live[..over] {
@@ -190,7 +190,7 @@ impl Engine {
 
 /// The importance of the plainest fact (general, never used, handed over at the usual
 /// confidence, the prior weight) at the end of the retention: below it, a fact has faded.
-fn faded_below(rec: &super::records::AgentRecord, retention: f64, now: f64) -> f32 {
+fn faded_below(rec: &super::records::AgentRecord, schedule: &super::decay::Schedule, retention: f64, now: f64) -> f32 {
     let plain = ScopeFact {
         n: 0,
         tier: Tier::Episodic,
@@ -214,5 +214,5 @@ fn faded_below(rec: &super::records::AgentRecord, retention: f64, now: f64) -> f
         model: String::new(),
         v: Vec::new(),
     };
-    super::decay::importance(&plain, now, &rec.schedule(), &rec.keep_weights(), None)
+    super::decay::importance(&plain, now, schedule, &rec.keep_weights(), None)
 }
