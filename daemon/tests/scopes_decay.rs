@@ -210,6 +210,40 @@ fn a_policys_schedule_applies_to_its_agents_unless_an_agent_sets_its_own() {
 }
 
 #[test]
+fn a_users_restores_and_deletes_teach_the_sweep_when_to_archive_their_facts() {
+    let s = setup();
+    let e = &s.engine;
+    live(e);
+    let archived = |swept: &Value| -> Vec<u64> {
+        swept["plan"].as_array().unwrap().iter().filter(|p| p["action"] == "archive").map(|p| p["id"].as_u64().unwrap()).collect()
+    };
+    let id = |user: &str, text: &str, at: f64| {
+        find(&listed(e, user, ListFilter { status: Some("all".into()), ..Default::default() }, at), text)["id"].as_u64().unwrap()
+    };
+    conversation(e, "a1", "alex", "hi", &["Alex plays chess on Sundays."], T0);
+    conversation(e, "b1", "bea", "hi", &["Bea plays chess on Sundays."], T0);
+    // Past the retention both plain facts faded alike; Alex wants his back.
+    let day91 = T0 + 91.0 * DAY;
+    assert_eq!(archived(&e.sweep("coach", day91).unwrap()).len(), 2);
+    e.restore_scope_fact("coach", Some("alex"), id("alex", "Alex plays chess on Sundays.", day91), Some(day91)).unwrap();
+    let scale = |at: f64, text: &str| {
+        e.observe_scope("coach", Some("alex"), id("alex", text, at), Some(at)).unwrap()["decay"]["archive_scale"].as_f64().unwrap()
+    };
+    assert_eq!(scale(day91, "Alex plays chess on Sundays."), 0.75);
+    // The same kind of fact, said by both later, now fades later for Alex than for Bea.
+    let later = T0 + 100.0 * DAY;
+    conversation(e, "a2", "alex", "hi", &["Alex walks the dog at seven."], later);
+    conversation(e, "b2", "bea", "hi", &["Bea walks the dog at seven."], later);
+    let past = later + 92.0 * DAY;
+    let gone = archived(&e.sweep("coach", past).unwrap());
+    assert!(gone.contains(&id("bea", "Bea walks the dog at seven.", past)), "{gone:?}");
+    assert!(!gone.contains(&id("alex", "Alex walks the dog at seven.", past)), "{gone:?}");
+    // Deleting by hand what the sweep kept past the retention teaches the other way.
+    e.delete_scope_fact("coach", Some("alex"), id("alex", "Alex walks the dog at seven.", past), Some(past)).unwrap();
+    assert_eq!(scale(past, "Alex plays chess on Sundays."), 0.75 * 1.25);
+}
+
+#[test]
 fn a_fact_used_often_and_confirmed_is_promoted_and_stops_fading() {
     let s = setup();
     let e = &s.engine;

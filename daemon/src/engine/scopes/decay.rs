@@ -16,6 +16,11 @@
 //! weight by 1 + `RATE`, a negative one (contradicted, deleted by hand) by 1 − `RATE`; it stays
 //! within [prior / 4, prior × 4]. Being found by a search counts in the fact's own access, not
 //! in its class: found is not yet mattered.
+//!
+//! The sweep's archive threshold learns per user too, by the same rule on a factor that starts
+//! at 1: a user who restores a fact the sweep archived keeps facts longer (× 1 − `RATE`), one
+//! who deletes by hand a fact the sweep kept past the retention keeps them shorter (× 1 +
+//! `RATE`); the factor stays within [1/4, 2].
 
 use std::collections::BTreeMap;
 
@@ -113,6 +118,13 @@ pub fn learn(w: &mut Weights, class: &str, positive: bool) {
     let now = weight(Some(w), class);
     let next = if positive { now * (1.0 + RATE) } else { now * (1.0 - RATE) };
     w.insert(class.to_owned(), next.clamp(p / 4.0, p * 4.0));
+}
+
+/// Moves a user's archive-threshold factor after a signal (true: keep longer), within its
+/// bounds.
+pub fn learn_scale(scale: f32, longer: bool) -> f32 {
+    let next = if longer { scale * (1.0 - RATE) } else { scale * (1.0 + RATE) };
+    next.clamp(0.25, 2.0)
 }
 
 pub fn freshness(f: &ScopeFact, now: f64, s: &Schedule) -> f32 {

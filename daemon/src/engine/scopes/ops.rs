@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use serde_json::{json, Value};
 
 use super::policy::PolicyName;
-use super::records::{AgentRecord, AuditEntry, ScopeFact, Sharing, Status};
+use super::records::{AgentRecord, AuditEntry, ScopeFact, Sharing, Status, Tier};
 use super::{agent_record, audit, put_fact, scope_facts, visible, visible_owner};
 use crate::engine::records::JobKind;
 use crate::engine::{Engine, EngineError};
@@ -157,6 +157,7 @@ impl Engine {
             "decay_days": self.schedule_of(rec),
             "keep_weights": rec.keep_weights(),
             "learned_weights": rec.learned,
+            "archive_scales": rec.archive_scale,
         })
     }
 
@@ -289,6 +290,7 @@ impl Engine {
             "salience": super::decay::salience(f, rec.weights(f.owner.as_deref())),
             "schedule_days": self.schedule_of(&rec).days(f.domain),
             "learned_weights": rec.weights(f.owner.as_deref()),
+            "archive_scale": rec.archive_scale(f.owner.as_deref()),
         });
         v["source_facts"] = facts.iter().filter(|s| f.sources.contains(&s.n)).map(|s| s.view(now)).collect();
         if let Status::Replaced { by, .. } = f.status {
@@ -309,9 +311,14 @@ impl Engine {
             let Some(asked) = facts.iter().find(|f| f.n == id && visible(f, rec.sharing, user)) else {
                 return Ok(None);
             };
-            // Forgotten on purpose: its class learns it mattered less to this user.
+            // Forgotten on purpose: its class learns it mattered less to this user; and when the
+            // sweep had kept it past the retention, this user keeps facts shorter.
             let mut rec = rec.clone();
             rec.learn(asked, false);
+            let retention = self.policy_of(&rec).retention_secs(rec.retention_days, self.config.scopes.retention_days);
+            if asked.is_active() && asked.tier == Tier::Episodic && now - asked.at > retention {
+                rec.learn_threshold(asked.owner.as_deref(), false);
+            }
             w.put(Table::Agents, &keys::memory(agent), &rec)?;
             let removed = delete_with_derived(w, agent, &facts, [id].into())?;
             audit(w, agent, &AuditEntry {
@@ -340,6 +347,10 @@ impl Engine {
         }
         let restored = ScopeFact { status: Status::Active, ..f };
         self.store.write(|w| {
+            // Wanted back: this user keeps facts longer than the sweep thought.
+            let mut rec = agent_record(&*w, agent)?;
+            rec.learn_threshold(restored.owner.as_deref(), true);
+            w.put(Table::Agents, &keys::memory(agent), &rec)?;
             put_fact(w, agent, &restored)?;
             audit(w, agent, &AuditEntry {
                 at: now,

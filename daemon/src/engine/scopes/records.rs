@@ -35,6 +35,10 @@ pub struct AgentRecord {
     /// Per owner ("" for ownerless facts), the class weights its own signals taught.
     #[serde(default)]
     pub learned: std::collections::BTreeMap<String, super::decay::Weights>,
+    /// Per owner, what its own signals taught the sweep's archive threshold (a factor on it;
+    /// absent: 1).
+    #[serde(default)]
+    pub archive_scale: std::collections::BTreeMap<String, f32>,
     /// The number the agent's next document gets.
     #[serde(default)]
     pub next_document: u64,
@@ -64,6 +68,18 @@ impl AgentRecord {
         self.learn_class(f.owner.as_deref(), super::decay::class(f), positive);
     }
 
+    /// The factor on the archive threshold of `owner`'s facts.
+    pub fn archive_scale(&self, owner: Option<&str>) -> f32 {
+        self.archive_scale.get(owner.unwrap_or("")).copied().unwrap_or(1.0)
+    }
+
+    /// A signal about how long `owner` keeps facts: `longer` when they restored one the sweep
+    /// archived, else (they deleted by hand one the sweep had kept past the retention) shorter.
+    pub fn learn_threshold(&mut self, owner: Option<&str>, longer: bool) {
+        let next = super::decay::learn_scale(self.archive_scale(owner), longer);
+        self.archive_scale.insert(owner.unwrap_or_default().to_owned(), next);
+    }
+
     /// A signal about a class of `owner`'s facts.
     pub fn learn_class(&mut self, owner: Option<&str>, class: &str, positive: bool) {
         let w = self.learned.entry(owner.unwrap_or_default().to_owned()).or_default();
@@ -82,6 +98,7 @@ impl AgentRecord {
             schedule: None,
             keep_weights: None,
             learned: Default::default(),
+            archive_scale: Default::default(),
             next_document: 0,
             documents_version: 0,
             judge_day: 0,

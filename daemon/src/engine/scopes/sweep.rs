@@ -59,7 +59,7 @@ impl Engine {
                 match f.status {
                     Status::Active => {
                         let importance = self.importance(&rec, f, now);
-                        if f.tier == Tier::Episodic && policy.archive_unused && importance < faded {
+                        if f.tier == Tier::Episodic && policy.archive_unused && importance < faded * rec.archive_scale(f.owner.as_deref()) {
                             plan.push((f.n, Action::Archive("faded past retention")));
                         } else if f.tier == Tier::Episodic
                             && f.uses > PROMOTE_USES
