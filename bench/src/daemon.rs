@@ -36,18 +36,21 @@ pub struct Daemon {
 impl Daemon {
     /// Starts `bin` on a new temporary dir; `engine` are lines of its `[engine]` section.
     pub fn start(bin: &Path, engine: &[String]) -> Result<Daemon, String> {
-        Daemon::start_logging(bin, engine, "warn")
+        Daemon::start_logging(bin, engine, "", "warn")
     }
 
     /// As `start`, logging at `log` unless `$RECALLD_LOG` says otherwise (the load mode would
     /// drown its output in one warning per late embedding; it counts them from `stats`).
-    pub fn start_logging(bin: &Path, engine: &[String], log: &str) -> Result<Daemon, String> {
+    /// `more` is appended to the config file after the `[engine]` section (other sections).
+    pub fn start_logging(bin: &Path, engine: &[String], more: &str, log: &str) -> Result<Daemon, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let mut toml = String::from("[engine]\n");
         for line in engine {
             toml.push_str(line);
             toml.push('\n');
         }
+        toml.push('\n');
+        toml.push_str(more);
         std::fs::write(dir.path().join("recalld.toml"), toml).map_err(|e| e.to_string())?;
         let socket = dir.path().join("recalld.sock");
         let log = std::env::var("RECALLD_LOG").unwrap_or_else(|_| log.into());

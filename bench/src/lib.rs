@@ -14,9 +14,12 @@
 //! - `sampler`: lane depth and daemon RSS, polled while the load runs.
 //! - `load`: the load mode's phases (traffic, drain, end state, ping floor, cold start).
 //! - `load_report`: what it measured, as JSON and a Markdown table.
+//! - `counting_model`: a local OpenAI-compatible endpoint that counts the model calls of the
+//!   load mode's cost run.
 
 pub mod agent;
 pub mod baselines;
+pub mod counting_model;
 pub mod daemon;
 pub mod evaluate;
 pub mod load;

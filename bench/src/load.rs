@@ -21,7 +21,8 @@ use serde_json::{json, Value};
 
 use crate::agent::Agent;
 use crate::daemon::Daemon;
-use crate::load_report::{ColdStart, Lanes, Latency, LoadReport, Storage};
+use crate::counting_model::CountingModel;
+use crate::load_report::{ColdStart, Cost, Counts, Lanes, Latency, LoadReport, Storage};
 use crate::sampler::{self, Sampler};
 use crate::traces;
 
@@ -40,6 +41,9 @@ pub struct LoadOptions {
     /// How many decorate requests are kept to be echoed by `ping`.
     pub floor_samples: usize,
     pub drain_timeout: Duration,
+    /// The cost run: the embedder and judge are the OpenAI-compatible provider, pointed at a
+    /// local endpoint that counts what it is asked (else the built-in models run).
+    pub cost: bool,
 }
 
 impl LoadOptions {
@@ -51,6 +55,7 @@ impl LoadOptions {
             "memories": self.memories, "messages": self.messages, "ceiling": self.ceiling,
             "engine": self.engine, "poll_ms": self.poll.as_millis() as u64,
             "floor_samples": self.floor_samples, "drain_timeout_s": self.drain_timeout.as_secs(),
+            "cost": self.cost,
         })
     }
 }
@@ -88,7 +93,9 @@ pub fn run(o: &LoadOptions, progress: &mut dyn FnMut(String)) -> Result<LoadRepo
     let memories = o.memories.max(1);
     // A client without a memory of its own would measure nothing.
     let clients = o.clients.clamp(1, memories);
-    let mut daemon = Daemon::start_logging(&o.recalld, &o.engine, "error")?;
+    let endpoint = if o.cost { Some(CountingModel::start()?) } else { None };
+    let models = endpoint.as_ref().map(CountingModel::models_toml).unwrap_or_default();
+    let mut daemon = Daemon::start_logging(&o.recalld, &o.engine, &models, "error")?;
     let socket = daemon.socket.clone();
     let server = connect(&socket)?
         .call("hello", json!({"client": "recalld-bench load"}))
@@ -155,6 +162,7 @@ pub fn run(o: &LoadOptions, progress: &mut dyn FnMut(String)) -> Result<LoadRepo
 
     let stats = admin.call("stats", json!({})).map_err(|e| format!("stats: {e}"))?;
     let storage = storage(&daemon.data_dir(), &stats, &agents);
+    let cost = cost(&stats, endpoint.as_ref(), pairs, memories);
     let mut lane_stats = stats["lanes"].clone();
     if let Some(l) = lane_stats.as_object_mut() {
         l.remove("memories");
@@ -209,8 +217,27 @@ pub fn run(o: &LoadOptions, progress: &mut dyn FnMut(String)) -> Result<LoadRepo
         rss_max_kb,
         storage,
         cold_start,
+        cost,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Model calls and tokens outside the agent's own, as the daemon counts them (`stats.models`)
+/// and, in the cost run, as the counting endpoint saw them.
+fn cost(stats: &Value, endpoint: Option<&CountingModel>, pairs: u64, memories: usize) -> Cost {
+    let total: Counts = serde_json::from_value(stats["models"]["total"].clone()).unwrap_or_default();
+    let per = |n: u64, by: u64| n as f64 / by.max(1) as f64;
+    let external = endpoint.map_or(0, |e| e.counts().values().map(|c| c.calls).sum());
+    Cost {
+        provider: if endpoint.is_some() { "openai-compatible (counting endpoint)" } else { "built-in" }.into(),
+        calls_per_turn: per(total.embed_calls + total.judge_calls, pairs),
+        tokens_per_turn: per(total.embed_tokens + total.judge_tokens, pairs),
+        calls_per_memory: per(total.embed_calls + total.judge_calls, memories as u64),
+        tokens_per_memory: per(total.embed_tokens + total.judge_tokens, memories as u64),
+        daemon: total,
+        external_calls: external,
+        endpoint: endpoint.map(CountingModel::counts).unwrap_or_default(),
+    }
 }
 
 fn connect(socket: &Path) -> Result<Client, String> {

@@ -90,6 +90,33 @@ pub struct ColdStart {
     pub rss_kb_after: Option<u64>,
 }
 
+/// `stats.models.total`: the daemon's own count of its model calls (embedder and judge).
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct Counts {
+    pub embed_calls: u64,
+    pub embed_tokens: u64,
+    pub judge_calls: u64,
+    pub judge_tokens: u64,
+    pub errors: u64,
+}
+
+/// What the run's model calls cost beside the agent's own model.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Cost {
+    /// Which models ran: "built-in" (local, no calls leave the machine) or the counting endpoint.
+    pub provider: String,
+    pub daemon: Counts,
+    pub calls_per_turn: f64,
+    pub tokens_per_turn: f64,
+    pub calls_per_memory: f64,
+    pub tokens_per_memory: f64,
+    /// HTTP requests the counting endpoint answered (0 with the built-in models: none leave).
+    pub external_calls: u64,
+    /// Per endpoint path and judge task, what it was asked.
+    pub endpoint: std::collections::BTreeMap<String, crate::counting_model::Count>,
+}
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct LoadReport {
     pub options: Value,
@@ -125,6 +152,7 @@ pub struct LoadReport {
     pub rss_max_kb: Option<u64>,
     pub storage: Storage,
     pub cold_start: ColdStart,
+    pub cost: Cost,
     pub seconds: f64,
 }
 
@@ -238,10 +266,34 @@ impl LoadReport {
                     mb(self.cold_start.rss_kb_after)
                 ),
             ),
+            (
+                format!("model calls outside the agent's own ({})", self.cost.provider),
+                format!(
+                    "{:.2} calls and {:.0} tokens per turn; {:.0} calls and {:.0} tokens per memory; in total \
+                     embedder {} calls · {} tokens, judge {} calls · {} tokens, {} failed; HTTP requests \
+                     that left the daemon: {}",
+                    self.cost.calls_per_turn,
+                    self.cost.tokens_per_turn,
+                    self.cost.calls_per_memory,
+                    self.cost.tokens_per_memory,
+                    self.cost.daemon.embed_calls,
+                    self.cost.daemon.embed_tokens,
+                    self.cost.daemon.judge_calls,
+                    self.cost.daemon.judge_tokens,
+                    self.cost.daemon.errors,
+                    self.cost.external_calls
+                ),
+            ),
         ];
         md.push_str("| measure | value |\n|---|---|\n");
         for (k, v) in rows {
             md.push_str(&format!("| {k} | {v} |\n"));
+        }
+        if !self.cost.endpoint.is_empty() {
+            md.push_str("\nThe counting endpoint, per path and judge task:\n\n| asked | calls | prompt tokens | completion tokens |\n|---|---|---|---|\n");
+            for (k, c) in &self.cost.endpoint {
+                md.push_str(&format!("| {k} | {} | {} | {} |\n", c.calls, c.prompt_tokens, c.completion_tokens));
+            }
         }
         md
     }

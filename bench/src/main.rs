@@ -71,6 +71,10 @@ struct LoadArgs {
     /// 600 to measure a full drain.
     #[arg(long, default_value_t = 20)]
     drain_timeout: u64,
+    /// The cost run: the embedder and judge are the OpenAI-compatible provider pointed at a
+    /// local endpoint the benchmark starts, which counts calls and tokens per task.
+    #[arg(long)]
+    cost: bool,
     /// Where to write `load.json` and `load.md`.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
@@ -166,6 +170,7 @@ fn run_load(args: LoadArgs) -> Result<(), String> {
         poll: Duration::from_millis(args.poll_ms),
         floor_samples: args.floor_samples,
         drain_timeout: Duration::from_secs(args.drain_timeout),
+        cost: args.cost,
     };
     let report = load::run(&o, &mut |line| eprintln!("{line}"))?;
     let md = report.markdown(&command_line());

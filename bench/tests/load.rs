@@ -28,17 +28,14 @@ fn trace(id: &str, who: &str, turns: usize) -> Value {
         "parameters": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}}}]})
 }
 
-#[test]
-fn a_tiny_load_run_reports_sane_figures() {
-    let bin = common::recalld_bin();
-    let dir = tempfile::tempdir().unwrap();
-    let traces = dir.path().join("traces.jsonl");
+fn options(dir: &std::path::Path) -> LoadOptions {
+    let traces = dir.join("traces.jsonl");
     let lines = [trace("a", "Ann Lee", 4), trace("b", "Bo Chen", 3)]
         .map(|t| t.to_string())
         .join("\n");
     std::fs::write(&traces, lines).unwrap();
-    let o = LoadOptions {
-        recalld: bin,
+    LoadOptions {
+        recalld: common::recalld_bin(),
         traces,
         clients: 2,
         memories: 2,
@@ -49,7 +46,34 @@ fn a_tiny_load_run_reports_sane_figures() {
         floor_samples: 20,
         // The debug daemon judges slowly: what is left after 2 s is reported, not waited for.
         drain_timeout: Duration::from_secs(2),
-    };
+        cost: false,
+    }
+}
+
+#[test]
+fn the_cost_run_counts_every_model_call_at_the_endpoint_and_the_built_in_run_makes_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = LoadOptions { cost: true, drain_timeout: Duration::from_secs(30), ..options(dir.path()) };
+    let r = load::run(&o, &mut |line| eprintln!("{line}")).unwrap();
+    eprintln!("{}", r.markdown("(test)"));
+    assert_eq!(r.errors, 0, "{:?}", r.error_examples);
+    let c = &r.cost;
+    assert!(c.daemon.embed_calls > 0 && c.daemon.judge_calls > 0, "{c:?}");
+    assert_eq!(c.daemon.errors, 0, "{c:?}");
+    // Every call the daemon counted reached the endpoint, once (no retries against a healthy
+    // endpoint), and the endpoint's tokens are what the daemon read from the replies.
+    let calls = |prefix: &str| c.endpoint.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, v)| v.calls).sum::<u64>();
+    assert_eq!(calls("embeddings"), c.daemon.embed_calls, "{c:?}");
+    assert_eq!(calls("chat/completions"), c.daemon.judge_calls, "{c:?}");
+    assert_eq!(c.external_calls, c.daemon.embed_calls + c.daemon.judge_calls);
+    assert!(c.calls_per_turn > 0.0 && c.tokens_per_turn > 0.0);
+    assert!(r.markdown("x").contains("The counting endpoint, per path and judge task"));
+}
+
+#[test]
+fn a_tiny_load_run_reports_sane_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = options(dir.path());
     let r = load::run(&o, &mut |line| eprintln!("{line}")).unwrap();
     eprintln!("{}", r.markdown("(test)"));
     assert_eq!(r.errors, 0, "{:?}", r.error_examples);
@@ -73,6 +97,9 @@ fn a_tiny_load_run_reports_sane_figures() {
     assert!(!r.lanes.samples.is_empty());
     assert!(r.rss_max_kb.is_some_and(|kb| kb > 0));
     assert!(r.cold_start.hello_ms > 0.0 && r.cold_start.first_decorate_ms >= r.cold_start.hello_ms);
+    // The built-in models: no call leaves the machine.
+    assert_eq!(r.cost.external_calls, 0);
+    assert_eq!(r.cost.provider, "built-in");
     let md = r.markdown("recalld-bench load --clients 2");
     assert!(md.contains("recalld-bench load --clients 2") && md.contains("decorate ÷ ping"));
 }
