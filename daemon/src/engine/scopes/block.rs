@@ -317,7 +317,7 @@ const STOPWORDS: &[&str] = &[
     "she", "him", "her", "his", "too", "use", "via", "yes", "yet", "thanks", "thank", "okay", "sure", "me",
 ];
 
-pub(super) fn word_set(text: &str) -> std::collections::BTreeSet<String> {
+pub(crate) fn word_set(text: &str) -> std::collections::BTreeSet<String> {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| w.len() > 2)
         .map(str::to_lowercase)

@@ -24,6 +24,7 @@ pub mod kinds;
 pub mod ops;
 pub mod policy;
 pub(crate) mod procedures;
+pub(crate) use block::word_set;
 pub mod records;
 mod sweep;
 pub mod tools;
