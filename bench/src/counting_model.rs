@@ -142,12 +142,12 @@ fn answer(path: &str, request: &Value) -> (String, Value, Count) {
 }
 
 /// A neutral, valid answer to one of the judge's tasks; per-item tasks answer as many items as
-/// the prompt says ("… for each of the N units").
+/// the prompt's closing line says ("… for each of the N units"; the last such phrase: the
+/// units' own text may hold the words).
 fn verdict(task: &str, user: &str) -> Value {
     let n = user
-        .split("for each of the ")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
+        .rsplit_once("for each of the ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
         .and_then(|n| n.parse::<usize>().ok())
         .unwrap_or(0);
     match task {
