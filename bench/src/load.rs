@@ -22,7 +22,8 @@ use serde_json::{json, Value};
 use crate::agent::Agent;
 use crate::daemon::Daemon;
 use crate::counting_model::CountingModel;
-use crate::load_report::{ColdStart, Cost, Counts, Lanes, Latency, LoadReport, Storage};
+use crate::load_report::{ColdStart, Cost, Lanes, Latency, LoadReport, Storage};
+use recalld::models::Counts;
 use crate::sampler::{self, Sampler};
 use crate::traces;
 

@@ -90,23 +90,13 @@ pub struct ColdStart {
     pub rss_kb_after: Option<u64>,
 }
 
-/// `stats.models.total`: the daemon's own count of its model calls (embedder and judge).
-#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct Counts {
-    pub embed_calls: u64,
-    pub embed_tokens: u64,
-    pub judge_calls: u64,
-    pub judge_tokens: u64,
-    pub errors: u64,
-}
-
 /// What the run's model calls cost beside the agent's own model.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Cost {
     /// Which models ran: "built-in" (local, no calls leave the machine) or the counting endpoint.
     pub provider: String,
-    pub daemon: Counts,
+    /// `stats.models.total`: the daemon's own count of its model calls.
+    pub daemon: recalld::models::Counts,
     pub calls_per_turn: f64,
     pub tokens_per_turn: f64,
     pub calls_per_memory: f64,

@@ -90,19 +90,24 @@ fn setup(answers: Vec<Result<Vec<Extracted>, String>>) -> (Engine, Arc<ScriptedJ
     (Engine::new(store, Some(models), config), judge, dir)
 }
 
-/// The user of agent "ops" says `said`.
-fn say(e: &Engine, memory: &str, said: &str) {
+/// A request of a conversation of agent "ops" with "alex".
+fn decorate(e: &Engine, memory: &str, messages: &[serde_json::Value], now: f64, dry_run: bool) -> recalld_protocol::ops::DecorateReply {
     e.decorate(DecorateArgs {
         memory: memory.into(),
-        request: json!({"model": "gpt-4o", "messages": [{"role": "user", "content": said}]}),
-        now: Some(T0),
-        dry_run: false,
+        request: json!({"model": "gpt-4o", "messages": messages}),
+        now: Some(now),
+        dry_run,
         ceiling: None,
         agent: Some("ops".into()),
         user: Some("alex".into()),
         history: HistoryMode::Full,
     })
-    .unwrap();
+    .unwrap()
+}
+
+/// The user of agent "ops" says `said`.
+fn say(e: &Engine, memory: &str, said: &str) {
+    decorate(e, memory, &[json!({"role": "user", "content": said})], T0, false);
 }
 
 /// A short conversation nobody noted (nothing left the view), then its end.
@@ -205,17 +210,7 @@ fn airline_traces(n: usize) -> Vec<Vec<serde_json::Value>> {
 /// assistant message is the request, that message the reply; then it ends and hands over.
 fn converse(e: &Engine, memory: &str, messages: &[serde_json::Value], now: f64) {
     let last = messages.iter().rposition(|m| m["role"] == "assistant").unwrap();
-    e.decorate(DecorateArgs {
-        memory: memory.into(),
-        request: json!({"model": "gpt-4o", "messages": messages[..last]}),
-        now: Some(now),
-        dry_run: false,
-        ceiling: None,
-        agent: Some("ops".into()),
-        user: Some("alex".into()),
-        history: HistoryMode::Full,
-    })
-    .unwrap();
+    decorate(e, memory, &messages[..last], now, false);
     let reply = json!({"id": "r", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0,
         "finish_reason": "stop", "message": messages[last]}]});
     e.report(ReportArgs { memory: memory.into(), response: reply, now: Some(now + 1.0) }).unwrap();
@@ -307,18 +302,8 @@ fn the_agents_repeated_ways_become_procedures_and_a_newer_way_replaces_the_older
         assert_eq!(f["status"]["state"], "active", "{f}");
     }
     // A new conversation asking the like is shown the current way, not the replaced one.
-    let decorated = e
-        .decorate(DecorateArgs {
-            memory: "next".into(),
-            request: json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "Hi, I need to change the flight on my reservation."}]}),
-            now: Some(later + 86_400.0),
-            dry_run: true,
-            ceiling: None,
-            agent: Some("ops".into()),
-            user: Some("alex".into()),
-            history: HistoryMode::Full,
-        })
-        .unwrap();
+    let ask = json!({"role": "user", "content": "Hi, I need to change the flight on my reservation."});
+    let decorated = decorate(&e, "next", &[ask], later + 86_400.0, true);
     let block = decorated.request["messages"].to_string();
     assert!(block.contains("get_user_details, then find_reservations"), "{block}");
     assert!(!block.contains("get_user_details, then get_reservation_details"), "{block}");

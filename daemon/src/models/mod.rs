@@ -29,7 +29,7 @@ pub use config::{EmbedderConfig, JudgeConfig, ModelsConfig, Provider, ResponseFo
 pub use minilm::MiniLm;
 pub use openai::{OpenAiEmbedder, OpenAiJudge};
 pub use rules::{boundary_scores, RulesJudge};
-pub use usage::Usage;
+pub use usage::{Counts, Usage};
 
 /// Which embedding model produced a vector; stored with the data so a change is detected.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

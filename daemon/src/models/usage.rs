@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Which model a call went to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,8 +12,9 @@ pub(crate) enum Kind {
     Judge,
 }
 
-/// Counts for one memory or the total.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+/// Counts for one memory or the total (as `stats.models` shows them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Counts {
     pub embed_calls: u64,
     pub embed_tokens: u64,
