@@ -8,8 +8,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::records::{AuditEntry, Kind, Origin, ScopeFact, Status, Tier};
-use super::records::Routine;
+use super::records::{AuditEntry, Kind, Origin, Routine, ScopeFact, Status, Tier};
 use super::{agent_record, audit, kinds, procedures, put_fact, scope_facts};
 use crate::engine::records::{Fact, Job, VectorKind, VectorRecord};
 use crate::engine::state::State;
