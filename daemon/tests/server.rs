@@ -250,7 +250,8 @@ fn a_stale_socket_is_replaced() {
             "--data",
             dir.path().join("d").to_str().unwrap(),
         ])
-        .env("RECALLD_LOG", "warn")
+        // A signal received says so: one suspect of the reset below is a stray SIGTERM.
+        .env("RECALLD_LOG", "warn,recalld::server::shutdown=info")
         .env("RECALLD_MODEL_DIR", util::model_dir())
         .stdout(std::process::Stdio::null())
         .spawn()
