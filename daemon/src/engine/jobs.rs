@@ -471,7 +471,6 @@ fn apply_unit_scores(st: &mut State, batch: &UnitBatch, scores: &[BoundaryScore]
     }
 }
 
-/// The passages an episode is judged by: its messages' texts, each cut to a readable length.
 /// The episodes a fact with `words` is judged against: those it was written for (`own`), and
 /// the ones of `pool` sharing the most words with it (at least one; ties to the newest), up to
 /// [`EPISODES_PER_FACT`] in all unless its own are more.
@@ -485,6 +484,7 @@ fn episodes_to_judge(words: &BTreeSet<String>, own: &BTreeSet<u64>, pool: &[(u64
     shared.into_iter().take(EPISODES_PER_FACT.max(own.len())).map(|(_, _, e)| e).collect()
 }
 
+/// The passages an episode is judged by: its messages' texts, each cut to a readable length.
 pub(super) fn episode_passages(st: &State, n: u64) -> Vec<String> {
     let e = &st.episodes[n as usize];
     st.messages_in(e.first_seq, e.last_seq)

@@ -39,7 +39,7 @@ struct Snapshot {
     transcript_from: Option<f64>,
     next_seq: u64,
     /// The requests since the last handoff and the tools called for each (procedural tier).
-    routines: Vec<procedures::Draft>,
+    routines: Vec<Routine>,
 }
 
 /// A fact about to join the scope: from the memory's notes, or read out of its un-noted turns.
@@ -117,21 +117,8 @@ impl Engine {
         let mut incoming: Vec<Incoming> = Vec::new();
         let mut extracted_vectors: Vec<VectorRecord> = Vec::new();
         let mut routines: Vec<Routine> = Vec::new();
-        if let (Some(s), true) = (&snap, procedural) {
-            routines = s
-                .routines
-                .iter()
-                .map(|d| Routine {
-                    memory: memory.to_owned(),
-                    owner: s.user.clone(),
-                    seq: d.seq,
-                    ask: d.ask.clone(),
-                    tools: d.tools.clone(),
-                    at: d.at,
-                    model: String::new(),
-                    v: Vec::new(),
-                })
-                .collect();
+        if let (Some(s), true) = (&mut snap, procedural) {
+            routines = std::mem::take(&mut s.routines);
             // The requests are embedded so that like requests are found alike.
             if let (Some(models), false) = (&self.models, routines.is_empty()) {
                 let asks: Vec<&str> = routines.iter().map(|r| r.ask.as_str()).collect();

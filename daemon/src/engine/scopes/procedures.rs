@@ -34,23 +34,14 @@ const EXAMPLE_WORDS: usize = 25;
 const CONFIDENCE: f32 = 0.6;
 const PER_CONVERSATION: f32 = 0.05;
 
-/// A request and the tools called for it, before its ask is embedded.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Draft {
-    pub seq: u64,
-    pub ask: String,
-    pub tools: Vec<String>,
-    pub at: f64,
-}
-
-/// The routines of a memory's history from `from_seq` on: each user message and the tools the
-/// assistant called until the next one (a tool called several times in a row counts once),
-/// kept when two or more different tools were called. Tools named in `ours` (the note and
-/// scope tools) are left out.
-pub(crate) fn routines_of(st: &State, from_seq: u64, ours: &[&str]) -> Vec<Draft> {
-    let mut out: Vec<Draft> = Vec::new();
-    let mut current: Option<Draft> = None;
-    let keep = |d: Draft, out: &mut Vec<Draft>| {
+/// The routines of a memory's history from `from_seq` on, not embedded yet: each user message
+/// and the tools the assistant called until the next one (a tool called several times in a row
+/// counts once), kept when two or more different tools were called. Tools named in `ours` (the
+/// note and scope tools) are left out.
+pub(crate) fn routines_of(st: &State, from_seq: u64, ours: &[&str]) -> Vec<Routine> {
+    let mut out: Vec<Routine> = Vec::new();
+    let mut current: Option<Routine> = None;
+    let keep = |d: Routine, out: &mut Vec<Routine>| {
         if d.tools.iter().collect::<BTreeSet<_>>().len() >= 2 {
             out.push(d);
         }
@@ -61,11 +52,15 @@ pub(crate) fn routines_of(st: &State, from_seq: u64, ours: &[&str]) -> Vec<Draft
                 if let Some(d) = current.take() {
                     keep(d, &mut out);
                 }
-                current = Some(Draft {
+                current = Some(Routine {
+                    memory: st.memory.id.clone(),
+                    owner: st.memory.user.clone(),
                     seq: m.seq,
                     ask: m.message.text.trim().chars().take(ASK_CHARS).collect(),
                     tools: Vec::new(),
                     at: m.at,
+                    model: String::new(),
+                    v: Vec::new(),
                 });
             }
             Role::Assistant => {
