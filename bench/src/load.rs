@@ -45,6 +45,9 @@ pub struct LoadOptions {
     /// The cost run: the embedder and judge are the OpenAI-compatible provider, pointed at a
     /// local endpoint that counts what it is asked (else the built-in models run).
     pub cost: bool,
+    /// Wall-clock time the simulated model takes per call (between decorate and report): 0
+    /// sends the next call at once, a stress far beyond agents that wait on a real model.
+    pub think: Duration,
 }
 
 impl LoadOptions {
@@ -56,7 +59,7 @@ impl LoadOptions {
             "memories": self.memories, "messages": self.messages, "ceiling": self.ceiling,
             "engine": self.engine, "poll_ms": self.poll.as_millis() as u64,
             "floor_samples": self.floor_samples, "drain_timeout_s": self.drain_timeout.as_secs(),
-            "cost": self.cost,
+            "cost": self.cost, "think_ms": self.think.as_millis() as u64,
         })
     }
 }
@@ -68,6 +71,8 @@ struct Measured {
     decorate_recall: Vec<f64>,
     report: Vec<f64>,
     recall: Vec<f64>,
+    /// `info.recall.ms.embed`: the wait for the new message's embedding (queue and model).
+    recall_embed: Vec<f64>,
     bytes: Vec<usize>,
     /// Decorate arguments kept for the ping floor.
     kept: Vec<Value>,
@@ -123,7 +128,7 @@ pub fn run(o: &LoadOptions, progress: &mut dyn FnMut(String)) -> Result<LoadRepo
                         .step_by(clients)
                         .map(|m| Agent::new(format!("load-{m}"), m, traces, o.ceiling))
                         .collect();
-                    traffic(socket, agents, o.messages, keep_every)
+                    traffic(socket, agents, o.messages, keep_every, o.think)
                 })
             })
             .collect();
@@ -141,6 +146,7 @@ pub fn run(o: &LoadOptions, progress: &mut dyn FnMut(String)) -> Result<LoadRepo
         all.decorate_recall.extend(m.decorate_recall);
         all.report.extend(m.report);
         all.recall.extend(m.recall);
+        all.recall_embed.extend(m.recall_embed);
         all.bytes.extend(m.bytes);
         all.kept.extend(m.kept);
         all.errors.extend(m.errors);
@@ -194,9 +200,11 @@ pub fn run(o: &LoadOptions, progress: &mut dyn FnMut(String)) -> Result<LoadRepo
         ratio_p50: ratio(decorate.p50_ms, ping.p50_ms),
         ratio_p99: ratio(decorate.p99_ms, ping.p99_ms),
         decorate,
+        decorate_without_recall: Latency::of(all.decorate),
         decorate_with_recall: Latency::of(all.decorate_recall),
         report: Latency::of(all.report),
         recall: Latency::of(all.recall),
+        recall_embed: Latency::of(all.recall_embed),
         decorate_request_bytes_mean: mean(&all.bytes),
         decorate_request_bytes_max: all.bytes.iter().copied().max().unwrap_or(0),
         ping,
@@ -238,6 +246,7 @@ fn cost(stats: &Value, endpoint: Option<&CountingModel>, pairs: u64, memories: u
         daemon: total,
         external_calls: external,
         endpoint: endpoint.map(CountingModel::counts).unwrap_or_default(),
+        embed_cache: serde_json::from_value(stats["models"]["embed_cache"].clone()).unwrap_or_default(),
     }
 }
 
@@ -255,6 +264,7 @@ fn traffic<'a>(
     mut agents: Vec<Agent<'a>>,
     messages: u64,
     keep_every: usize,
+    think: Duration,
 ) -> Result<(Measured, Vec<Agent<'a>>), String> {
     let mut client = connect(socket)?;
     let mut m = Measured::default();
@@ -279,13 +289,17 @@ fn traffic<'a>(
                 }
             };
             let took = ms(t);
-            match decorated["info"]["recall"]["ms"]["total"].as_f64() {
+            let recall_ms = &decorated["info"]["recall"]["ms"];
+            match recall_ms["total"].as_f64() {
                 Some(recall) => {
                     m.decorate_recall.push(took);
                     m.recall.push(recall);
+                    m.recall_embed.push(recall_ms["embed"].as_f64().unwrap_or(0.0));
                 }
                 None => m.decorate.push(took),
             }
+            // The model's time: this client's other memories wait too, as its agent would.
+            std::thread::sleep(think);
             let args = a.report_args(&decorated);
             let t = Instant::now();
             match client.call("report", args) {

@@ -105,6 +105,9 @@ pub struct Cost {
     pub external_calls: u64,
     /// Per endpoint path and judge task, what it was asked.
     pub endpoint: std::collections::BTreeMap<String, crate::counting_model::Count>,
+    /// `stats.models.embed_cache`: texts answered from the daemon's embedding cache and texts
+    /// its model embedded.
+    pub embed_cache: recalld::models::cache::CacheCounts,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -119,10 +122,13 @@ pub struct LoadReport {
     pub pairs_per_s: f64,
     /// Every decorate; and apart, those that ran recall (embedding the new user message).
     pub decorate: Latency,
+    pub decorate_without_recall: Latency,
     pub decorate_with_recall: Latency,
     pub report: Latency,
     /// `info.recall.ms.total` of the decorates that ran recall (the daemon's own account).
     pub recall: Latency,
+    /// `info.recall.ms.embed`: of it, the wait for the new message's embedding.
+    pub recall_embed: Latency,
     /// `stats.recall_embeddings_dropped`: new user messages recalled by words only, because
     /// their embedding was not ready within the recall deadline.
     pub recall_embeddings_dropped: Option<u64>,
@@ -152,7 +158,7 @@ impl LoadReport {
         let mut md = format!(
             "Load on real agent traffic (`{}`, {} traces as sessions), recalld {}: {} clients over {} \
              memories, {} stored messages per memory, ceiling {}, history resent in full each call, \
-             a simulated model answering note asks. Times in ms, p50 / p99.\n\n```sh\n{command}\n```\n\n",
+             a simulated model answering note asks in {} ms. Times in ms, p50 / p99.\n\n```sh\n{command}\n```\n\n",
             Path::new(o["traces"].as_str().unwrap_or("?"))
                 .file_name()
                 .and_then(|f| f.to_str())
@@ -163,6 +169,7 @@ impl LoadReport {
             self.memories,
             o["messages"],
             o["ceiling"],
+            o["think_ms"],
         );
         let s = &self.storage;
         let l = &self.lanes;
@@ -176,8 +183,10 @@ impl LoadReport {
                 ),
             ),
             ("decorate (all)".into(), self.decorate.cell()),
+            ("decorate without recall".into(), self.decorate_without_recall.cell()),
             ("decorate that ran recall".into(), self.decorate_with_recall.cell()),
             ("recall (`info.recall.ms.total`)".into(), self.recall.cell()),
+            ("of it, the query embedding (`…ms.embed`)".into(), self.recall_embed.cell()),
             (
                 "recall embeddings late (words only)".into(),
                 self.recall_embeddings_dropped.map_or("–".into(), |n| n.to_string()),
@@ -272,6 +281,16 @@ impl LoadReport {
                     self.cost.daemon.judge_tokens,
                     self.cost.daemon.errors,
                     self.cost.external_calls
+                ),
+            ),
+            (
+                "embedding cache (texts)".into(),
+                format!(
+                    "{} answered from it, {} embedded ({:.0}% hits)",
+                    self.cost.embed_cache.hits,
+                    self.cost.embed_cache.misses,
+                    100.0 * self.cost.embed_cache.hits as f64
+                        / (self.cost.embed_cache.hits + self.cost.embed_cache.misses).max(1) as f64
                 ),
             ),
         ];

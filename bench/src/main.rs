@@ -75,6 +75,10 @@ struct LoadArgs {
     /// local endpoint the benchmark starts, which counts calls and tokens per task.
     #[arg(long)]
     cost: bool,
+    /// Milliseconds the simulated model takes per call, between decorate and report (0: the
+    /// next call at once, far more traffic than agents waiting on a real model send).
+    #[arg(long, default_value_t = 0)]
+    think_ms: u64,
     /// Where to write `load.json` and `load.md`.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
@@ -171,6 +175,7 @@ fn run_load(args: LoadArgs) -> Result<(), String> {
         floor_samples: args.floor_samples,
         drain_timeout: Duration::from_secs(args.drain_timeout),
         cost: args.cost,
+        think: Duration::from_millis(args.think_ms),
     };
     let report = load::run(&o, &mut |line| eprintln!("{line}"))?;
     let md = report.markdown(&command_line());

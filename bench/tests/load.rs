@@ -47,6 +47,8 @@ fn options(dir: &std::path::Path) -> LoadOptions {
         // The debug daemon judges slowly: what is left after 2 s is reported, not waited for.
         drain_timeout: Duration::from_secs(2),
         cost: false,
+        // The model's time is slept between decorate and report.
+        think: Duration::from_millis(5),
     }
 }
 
@@ -67,6 +69,9 @@ fn the_cost_run_counts_every_model_call_at_the_endpoint_and_the_built_in_run_mak
     assert_eq!(calls("chat/completions"), c.daemon.judge_calls, "{c:?}");
     assert_eq!(c.external_calls, c.daemon.embed_calls + c.daemon.judge_calls);
     assert!(c.calls_per_turn > 0.0 && c.tokens_per_turn > 0.0);
+    // A unit's text is judged again (as context of the next units, against facts): the cache
+    // answers it, and those texts never reached the endpoint.
+    assert!(c.embed_cache.hits > 0 && c.embed_cache.misses > 0, "{:?}", c.embed_cache);
     assert!(r.markdown("x").contains("The counting endpoint, per path and judge task"));
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use recalld::engine::{Engine, EngineConfig};
 use recalld::models::{
-    BoundaryScore, CallCtx, Embedder, Judge, ModelError, ModelId, Models, Relation, Usage, WalkLevel,
+    BoundaryScore, CallCtx, Embedder, Judge, ModelError, ModelId, Models, Relation, WalkLevel,
 };
 use recalld::store::{Store, StoreOptions};
 use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
@@ -118,13 +118,7 @@ fn a_job_that_fails_three_times_is_parked_and_the_memory_goes_on() {
     let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
     let embedder = Arc::new(DownEmbedder::default());
     let judge = Arc::new(PlainJudge::default());
-    let models = Models {
-        embedder: embedder.clone(),
-        judge: judge.clone(),
-        usage: Arc::new(Usage::default()),
-        request_embedder: embedder.clone(),
-        priority: Arc::default(),
-    };
+    let models = Models::with(embedder.clone(), judge.clone());
     // Recall off: no index jobs and no query embedding, so the graph job is the one that embeds.
     let config = EngineConfig {
         recall: false,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use recalld::engine::{Engine, EngineConfig};
 use recalld::lanes::Lanes;
 use recalld::models::{
-    BoundaryScore, CallCtx, Embedder, Judge, ModelError, ModelId, Models, Relation, Usage, WalkLevel,
+    BoundaryScore, CallCtx, Embedder, Judge, ModelError, ModelId, Models, Relation, WalkLevel,
 };
 use recalld::store::{Store, StoreOptions};
 use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
@@ -122,13 +122,7 @@ impl Embedder for WordsEmbedder {
 
 fn engine_with(dir: &std::path::Path, judge: Arc<TestJudge>) -> Arc<Engine> {
     let store = Arc::new(Store::open(dir, &StoreOptions::default()).unwrap());
-    let models = Models {
-        embedder: Arc::new(WordsEmbedder),
-        judge,
-        usage: Arc::new(Usage::default()),
-        request_embedder: Arc::new(WordsEmbedder),
-        priority: Arc::default(),
-    };
+    let models = Models::with(Arc::new(WordsEmbedder), judge);
     let config = EngineConfig {
         max_episode_tokens: 64,
         ..EngineConfig::default()

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use recalld::engine::scopes::ops::{AgentChanges, Correction, ListFilter};
 use recalld::engine::{Engine, EngineConfig};
-use recalld::models::{BoundaryScore, CallCtx, Embedder, Judge, ModelError, ModelId, Models, Relation, Usage, WalkLevel};
+use recalld::models::{BoundaryScore, CallCtx, Embedder, Judge, ModelError, ModelId, Models, Relation, WalkLevel};
 use recalld::store::{Store, StoreOptions};
 use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
 use serde_json::{json, Value};
@@ -86,13 +86,7 @@ fn setup_with(config: EngineConfig) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
     let embedder: Arc<dyn Embedder> = Arc::new(LetterEmbedder);
-    let models = Models {
-        embedder: embedder.clone(),
-        judge: city_judge(),
-        usage: Arc::new(Usage::default()),
-        request_embedder: embedder,
-        priority: Arc::default(),
-    };
+    let models = Models::with(embedder, city_judge());
     Setup { engine: Engine::new(store, Some(models), config), _dir: dir }
 }
 
@@ -412,13 +406,7 @@ impl Embedder for WordEmbedder {
 
 fn word_models() -> Models {
     let embedder: Arc<dyn Embedder> = Arc::new(WordEmbedder);
-    Models {
-        embedder: embedder.clone(),
-        judge: city_judge(),
-        usage: Arc::new(Usage::default()),
-        request_embedder: embedder,
-        priority: Arc::default(),
-    }
+    Models::with(embedder, city_judge())
 }
 
 /// The knowledge base with real indexes (tantivy, usearch) under the store.
@@ -497,13 +485,7 @@ fn consolidation_asks_each_pair_once_and_waits_for_the_next_day_when_its_budget_
     let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
     let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let embedder: Arc<dyn Embedder> = Arc::new(LetterEmbedder);
-    let models = Models {
-        embedder: embedder.clone(),
-        judge: bullet_judge(calls.clone()),
-        usage: Arc::new(Usage::default()),
-        request_embedder: embedder,
-        priority: Arc::default(),
-    };
+    let models = Models::with(embedder, bullet_judge(calls.clone()));
     let mut config = EngineConfig { recall: false, ..EngineConfig::default() };
     config.scopes.judge_calls_per_day = 1;
     let e = Engine::new(store, Some(models), config);

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use recalld::engine::scopes::ops::ListFilter;
 use recalld::engine::{Engine, EngineConfig};
 use recalld::models::{
-    BoundaryScore, CallCtx, Embedder, Extracted, Judge, ModelError, ModelId, Models, Relation, Usage, WalkLevel,
+    BoundaryScore, CallCtx, Embedder, Extracted, Judge, ModelError, ModelId, Models, Relation, WalkLevel,
 };
 use recalld::store::{Store, StoreOptions};
 use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
@@ -79,13 +79,7 @@ fn setup(answers: Vec<Result<Vec<Extracted>, String>>) -> (Engine, Arc<ScriptedJ
     let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
     let embedder: Arc<dyn Embedder> = Arc::new(LetterEmbedder);
     let judge = Arc::new(ScriptedJudge { answers: Mutex::new(answers), read: Mutex::default(), calls: AtomicUsize::new(0) });
-    let models = Models {
-        embedder: embedder.clone(),
-        judge: judge.clone(),
-        usage: Arc::new(Usage::default()),
-        request_embedder: embedder,
-        priority: Arc::default(),
-    };
+    let models = Models::with(embedder, judge.clone());
     let config = EngineConfig { recall: false, ..EngineConfig::default() };
     (Engine::new(store, Some(models), config), judge, dir)
 }

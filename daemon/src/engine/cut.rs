@@ -166,7 +166,7 @@ pub(super) fn closed_unit_spans(st: &State) -> Vec<(u64, u64)> {
 
 /// The head of a unit stands for it: the built-in judge's cost grows with text length
 /// (attention is quadratic), and a unit's opening says what it is about.
-fn unit_text(ms: &[&StoredMessage]) -> String {
+pub(super) fn unit_text(ms: &[&StoredMessage]) -> String {
     let joined = ms
         .iter()
         .map(|m| truncate(&m.message.text, 400))

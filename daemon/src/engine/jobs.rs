@@ -11,10 +11,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::cut::{self, truncate, UnitBatch, CONTEXT_UNITS, UNIT_TEXT_CHARS};
-use super::records::{EpisodeState, Fact, Job, JobKind, Passage, TraceKind, UnitScore, VectorKind, VectorRecord};
+use super::cut::{self, UnitBatch, CONTEXT_UNITS};
+use super::records::{EpisodeState, Fact, Job, JobKind, Passage, StoredMessage, TraceKind, UnitScore, VectorKind, VectorRecord};
 use super::state::{self, State};
-use super::{distill, graph, indexing, scopes, Engine, EngineError};
+use super::{distill, graph, indexing, scopes, units, Engine, EngineError};
 use crate::store::{keys, Table};
 use crate::models::{BoundaryScore, CallCtx};
 
@@ -484,13 +484,17 @@ fn episodes_to_judge(words: &BTreeSet<String>, own: &BTreeSet<u64>, pool: &[(u64
     shared.into_iter().take(EPISODES_PER_FACT.max(own.len())).map(|(_, _, e)| e).collect()
 }
 
-/// The passages an episode is judged by: its messages' texts, each cut to a readable length.
+/// The passages an episode is judged by: its units' texts as the boundary judge read them
+/// (each message's head), the first 16.
 pub(super) fn episode_passages(st: &State, n: u64) -> Vec<String> {
     let e = &st.episodes[n as usize];
-    st.messages_in(e.first_seq, e.last_seq)
-        .filter(|m| m.in_history() && !m.message.text.is_empty())
+    let ms: Vec<&StoredMessage> = st.messages_in(e.first_seq, e.last_seq).filter(|m| m.in_history()).collect();
+    // The texts the unit-scoring job embedded, so the embedding cache answers most of them.
+    units::units(&ms)
+        .iter()
+        .map(|u| cut::unit_text(&ms[u.start..u.end]))
+        .filter(|t| !t.is_empty())
         .take(16)
-        .map(|m| truncate(&m.message.text, UNIT_TEXT_CHARS))
         .collect()
 }
 

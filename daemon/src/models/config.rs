@@ -65,6 +65,8 @@ pub struct EmbedderConfig {
     pub retries: u32,
     /// Cap on the total time spent waiting between retries.
     pub max_retry_wait_ms: u64,
+    /// Texts whose vectors are kept, so a text embedded again costs no model call (0: off).
+    pub cache_entries: usize,
 }
 
 impl Default for EmbedderConfig {
@@ -82,6 +84,7 @@ impl Default for EmbedderConfig {
             max_concurrency: 4,
             retries: 3,
             max_retry_wait_ms: 20_000,
+            cache_entries: super::cache::DEFAULT_ENTRIES,
         }
     }
 }

@@ -13,6 +13,7 @@
 //! - `rules`: the built-in judge (embedding similarity plus documented rules).
 //! - `openai`: the OpenAI-compatible embedder and judge (blocking HTTP with ureq).
 
+pub mod cache;
 mod config;
 mod minilm;
 mod openai;
@@ -201,6 +202,8 @@ pub struct Models {
     /// background calls yield to while it runs.
     pub request_embedder: Arc<dyn Embedder>,
     pub priority: Arc<queue::Priority>,
+    /// In front of the model for both paths: what it saved.
+    pub cache: Arc<cache::Cached>,
 }
 
 /// The default directory of the built-in model: `$RECALLD_MODEL_DIR` if set, else
@@ -218,30 +221,48 @@ impl Models {
     /// model files name the command that fetches them; an unset API key env var is named.
     pub fn load(cfg: &ModelsConfig, data_dir: &Path) -> Result<Models, ModelError> {
         let usage = Arc::new(Usage::default());
-        let request_embedder: Arc<dyn Embedder> = match cfg.embedder.provider {
+        let model: Arc<dyn Embedder> = match cfg.embedder.provider {
             Provider::Builtin => {
                 let dir = cfg.embedder.path.clone().unwrap_or_else(|| default_model_dir(data_dir));
                 Arc::new(MiniLm::load(&dir, cfg.embedder.batch_size, usage.clone())?)
             }
             Provider::Openai => Arc::new(OpenAiEmbedder::new(&cfg.embedder, usage.clone())?),
         };
+        let judge = |embedder: Arc<dyn Embedder>| -> Result<Arc<dyn Judge>, ModelError> {
+            Ok(match cfg.judge.provider {
+                Provider::Builtin => Arc::new(RulesJudge::new(embedder, cfg.judge.thresholds.clone(), usage.clone())),
+                Provider::Openai => Arc::new(OpenAiJudge::new(&cfg.judge, usage.clone())?),
+            })
+        };
+        Models::assemble(model, cfg.embedder.cache_entries, judge, usage.clone())
+    }
+
+    /// The models around an embedder: the cache in front of it, shared by the request path
+    /// and the background's yielding embedder, which `judge` is built on.
+    pub fn assemble(
+        model: Arc<dyn Embedder>,
+        cache_entries: usize,
+        judge: impl FnOnce(Arc<dyn Embedder>) -> Result<Arc<dyn Judge>, ModelError>,
+        usage: Arc<Usage>,
+    ) -> Result<Models, ModelError> {
+        let cache = Arc::new(cache::Cached::new(model, cache_entries));
+        let request_embedder: Arc<dyn Embedder> = cache.clone();
         let priority = Arc::new(queue::Priority::default());
         let embedder: Arc<dyn Embedder> = Arc::new(queue::Yielding::new(request_embedder.clone(), priority.clone()));
-        let judge: Arc<dyn Judge> = match cfg.judge.provider {
-            Provider::Builtin => Arc::new(RulesJudge::new(
-                embedder.clone(),
-                cfg.judge.thresholds.clone(),
-                usage.clone(),
-            )),
-            Provider::Openai => Arc::new(OpenAiJudge::new(&cfg.judge, usage.clone())?),
-        };
         Ok(Models {
+            judge: judge(embedder.clone())?,
             embedder,
-            judge,
             usage,
             request_embedder,
             priority,
+            cache,
         })
+    }
+
+    /// Test and benchmark models: `judge` over `model`, with the default cache.
+    pub fn with(model: Arc<dyn Embedder>, judge: Arc<dyn Judge>) -> Models {
+        Models::assemble(model, cache::DEFAULT_ENTRIES, |_| Ok(judge), Arc::new(Usage::default()))
+            .expect("nothing to load")
     }
 
     /// Usage so far: `{"embedder": {...}, "judge": "...", "total": {...}, "memories": {mem: {...}}}`,
@@ -254,6 +275,10 @@ impl Models {
                 serde_json::to_value(self.embedder.id()).unwrap_or_default(),
             );
             obj.insert("judge".into(), serde_json::Value::String(self.judge.name()));
+            obj.insert(
+                "embed_cache".into(),
+                serde_json::to_value(self.cache.counts()).unwrap_or_default(),
+            );
         }
         v
     }

@@ -12,15 +12,13 @@
 //! - relation: `Restates` when near-identical with no conflict signal; `Contradicts` only when
 //!   very similar in meaning and wording and a number or a negation differs; else `Unrelated`.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::HashSet;
+use std::sync::Arc;
 
 use super::config::Thresholds;
 use super::usage::{Kind, Usage};
 use super::{cosine, BoundaryScore, CallCtx, Embedder, Judge, ModelError, Relation, WalkLevel};
 
-/// Texts kept in the embedding cache (episode passages are judged against many facts).
-const CACHE_ENTRIES: usize = 4096;
 /// Words per dialogue chunk (the model reads at most 256 tokens).
 const CHUNK_WORDS: usize = 120;
 
@@ -29,13 +27,6 @@ pub struct RulesJudge {
     embedder: Arc<dyn Embedder>,
     t: Thresholds,
     usage: Arc<Usage>,
-    cache: Mutex<Cache>,
-}
-
-#[derive(Default)]
-struct Cache {
-    map: HashMap<String, Arc<Vec<f32>>>,
-    order: VecDeque<String>,
 }
 
 impl RulesJudge {
@@ -44,7 +35,6 @@ impl RulesJudge {
             embedder,
             t: thresholds,
             usage,
-            cache: Mutex::new(Cache::default()),
         }
     }
 
@@ -53,49 +43,18 @@ impl RulesJudge {
         &self.t
     }
 
-    /// Embed through the cache; only texts not seen recently reach the embedder.
-    fn vectors(&self, ctx: &CallCtx, texts: &[&str]) -> Result<Vec<Arc<Vec<f32>>>, ModelError> {
-        let mut out: Vec<Option<Arc<Vec<f32>>>> = Vec::with_capacity(texts.len());
-        let mut todo: Vec<&str> = Vec::new();
-        {
-            let c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-            for t in texts {
-                let hit = c.map.get(*t).cloned();
-                if hit.is_none() && !todo.contains(t) {
-                    todo.push(t);
-                }
-                out.push(hit);
-            }
+    /// The texts' vectors (the models' shared cache answers those embedded lately: an
+    /// episode's units are judged against many facts).
+    fn vectors(&self, ctx: &CallCtx, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
+        let vs = self.embedder.embed(ctx, texts)?;
+        if vs.len() != texts.len() {
+            return Err(ModelError::Malformed(format!(
+                "embedder returned {} vectors for {} texts",
+                vs.len(),
+                texts.len()
+            )));
         }
-        if !todo.is_empty() {
-            let vs = self.embedder.embed(ctx, &todo)?;
-            if vs.len() != todo.len() {
-                return Err(ModelError::Malformed(format!(
-                    "embedder returned {} vectors for {} texts",
-                    vs.len(),
-                    todo.len()
-                )));
-            }
-            let fresh: HashMap<&str, Arc<Vec<f32>>> = todo.iter().copied().zip(vs.into_iter().map(Arc::new)).collect();
-            let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-            for (t, v) in &fresh {
-                if !c.map.contains_key(*t) {
-                    c.map.insert(t.to_string(), v.clone());
-                    c.order.push_back(t.to_string());
-                }
-            }
-            while c.order.len() > CACHE_ENTRIES {
-                if let Some(old) = c.order.pop_front() {
-                    c.map.remove(&old);
-                }
-            }
-            for (slot, t) in out.iter_mut().zip(texts) {
-                if slot.is_none() {
-                    *slot = fresh.get(*t).cloned();
-                }
-            }
-        }
-        Ok(out.into_iter().map(|v| v.expect("every text has a vector")).collect())
+        Ok(vs)
     }
 
     fn counted<T>(&self, ctx: &CallCtx, r: Result<T, ModelError>) -> Result<T, ModelError> {
@@ -170,23 +129,27 @@ impl RulesJudge {
             .filter(|l| !l.is_empty())
             .collect();
         let line_norms: Vec<String> = lines.iter().map(|l| Words::of(l).norm).collect();
-        let said: Vec<f32> = if lines.is_empty() {
-            vec![-1.0; facts.len()]
-        } else {
-            let mut all: Vec<&str> = facts.to_vec();
-            all.extend(&lines);
-            let vs = self.vectors(ctx, &all)?;
-            let (fv, lv) = vs.split_at(facts.len());
-            fv.iter()
-                .map(|f| lv.iter().map(|l| cosine(f, l)).fold(-1.0f32, f32::max))
-                .collect()
-        };
         let verbatim = |i: usize| {
             let f = Words::of(facts[i]).norm;
             !f.is_empty() && line_norms.iter().any(|l| l.contains(&f))
         };
-        Ok((0..facts.len())
-            .filter(|&i| relevant[i] >= self.t.distill && said[i] < self.t.distill_said && !verbatim(i))
+        // Only the relevant facts are checked line by line: the lines (a tool output has many)
+        // are embedded only when some fact could be kept.
+        let relevant: Vec<usize> = (0..facts.len())
+            .filter(|&i| relevant[i] >= self.t.distill && !verbatim(i))
+            .collect();
+        if relevant.is_empty() || lines.is_empty() {
+            return Ok(relevant);
+        }
+        let mut all: Vec<&str> = relevant.iter().map(|&i| facts[i]).collect();
+        all.extend(&lines);
+        let vs = self.vectors(ctx, &all)?;
+        let (fv, lv) = vs.split_at(relevant.len());
+        Ok(relevant
+            .iter()
+            .zip(fv)
+            .filter(|(_, f)| lv.iter().map(|l| cosine(f, l)).fold(-1.0f32, f32::max) < self.t.distill_said)
+            .map(|(&i, _)| i)
             .collect())
     }
 
