@@ -153,6 +153,7 @@ fn verdict(task: &str, user: &str) -> Value {
     match task {
         "boundaries" => json!({"scores": (0..n).map(|i| json!({"unit": i, "first": 0.5, "last": 0.5})).collect::<Vec<_>>()}),
         "about" => json!({"score": 0.5, "about": true}),
+        "about_each" => json!({"episodes": (0..n).map(|i| json!({"episode": i, "score": 0.5, "about": true})).collect::<Vec<_>>()}),
         "walk_levels" => json!({"levels": (0..n).map(|i| json!({"fact": i, "level": 1})).collect::<Vec<_>>()}),
         "distill" => json!({"keep": []}),
         "extract" => json!({"facts": []}),

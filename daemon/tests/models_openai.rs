@@ -292,6 +292,35 @@ fn models_openai_judge_good_answers() {
 }
 
 #[test]
+fn models_openai_judge_asks_once_whether_a_fact_is_about_each_of_several_episodes() {
+    // Answers out of order; the episode without passages is not asked.
+    let server = Server::start(vec![chat(
+        r#"{"episodes": [{"episode": 1, "score": 0.2, "about": false}, {"episode": 0, "score": 0.9, "about": true}]}"#,
+    )]);
+    let usage = Arc::new(Usage::default());
+    let j = OpenAiJudge::new(&judge_cfg(&server.url), usage.clone()).unwrap();
+    let episodes = vec![vec!["kayak rental closes early"], vec![], vec!["dentist moved to Friday", "bring the card"]];
+    assert_eq!(
+        j.about_each(&CTX, "the kayak rental", &episodes).unwrap(),
+        vec![(0.9, true), (0.0, false), (0.2, false)]
+    );
+    let seen = server.seen();
+    assert_eq!(seen.len(), 1, "one call for all the episodes");
+    assert_eq!(seen[0].body["response_format"]["json_schema"]["name"], "about_each");
+    let prompt = seen[0].body["messages"][1]["content"].as_str().unwrap();
+    assert!(prompt.contains("Episode 0:") && prompt.contains("Episode 1:") && !prompt.contains("Episode 2:"), "{prompt}");
+    assert!(prompt.contains("for each of the 2 episodes"), "{prompt}");
+    assert_eq!(usage.memory("mem-a").judge_calls, 1);
+    // A wrong count is refused, never padded (asked twice: the retry after a malformed answer).
+    let server = Server::start(vec![
+        chat(r#"{"episodes": [{"episode": 0, "score": 0.9, "about": true}]}"#),
+        chat(r#"{"episodes": [{"episode": 0, "score": 0.9, "about": true}]}"#),
+    ]);
+    let j = OpenAiJudge::new(&judge_cfg(&server.url), Arc::new(Usage::default())).unwrap();
+    assert!(j.about_each(&CTX, "fact", &[vec!["a"], vec!["b"]]).is_err());
+}
+
+#[test]
 fn models_openai_malformed_then_good_after_retry() {
     let server = Server::start(vec![
         chat("sure! the answer is restates"),

@@ -291,14 +291,19 @@ impl Engine {
             Snapshot::Facts { facts, episodes } => {
                 let mut out = Vec::new();
                 for (f, note, judged) in &facts {
-                    for (e, texts) in judged.iter().filter_map(|e| episodes.get(e).map(|t| (e, t))) {
-                        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-                        match models.judge.about(&ctx, note, &refs) {
-                            Ok((score, yes)) => out.push((*e, score as f64, yes, *f)),
-                            Err(err) => {
-                                tracing::warn!(error = %err, "judge failed; fact left unscored");
-                                return Judged::Traces(out);
+                    let (ids, passages): (Vec<u64>, Vec<Vec<&str>>) = judged
+                        .iter()
+                        .filter_map(|e| episodes.get(e).map(|t| (*e, t.iter().map(String::as_str).collect())))
+                        .unzip();
+                    match models.judge.about_each(&ctx, note, &passages) {
+                        Ok(answers) => {
+                            for (e, (score, yes)) in ids.into_iter().zip(answers) {
+                                out.push((e, score as f64, yes, *f));
                             }
+                        }
+                        Err(err) => {
+                            tracing::warn!(error = %err, "judge failed; fact left unscored");
+                            return Judged::Traces(out);
                         }
                     }
                 }

@@ -163,6 +163,11 @@ pub trait Judge: Send + Sync {
     fn boundaries(&self, ctx: &CallCtx, units: &[&str]) -> Result<Vec<BoundaryScore>, ModelError>;
     /// Is this fact about that episode? A score in [0, 1] and the yes/no decision.
     fn about(&self, ctx: &CallCtx, fact: &str, episode_passages: &[&str]) -> Result<(f32, bool), ModelError>;
+    /// [`about`](Judge::about) for one fact against several episodes (each given by its
+    /// passages), an answer per episode in order. A model judge asks once for all of them.
+    fn about_each(&self, ctx: &CallCtx, fact: &str, episodes: &[Vec<&str>]) -> Result<Vec<(f32, bool)>, ModelError> {
+        episodes.iter().map(|passages| self.about(ctx, fact, passages)).collect()
+    }
     /// The level of each candidate fact against the recent dialogue, in order.
     fn walk_levels(&self, ctx: &CallCtx, dialogue: &str, facts: &[&str]) -> Result<Vec<WalkLevel>, ModelError>;
     /// Which recall-block facts mattered to the conversation around them: the indices kept,

@@ -521,6 +521,9 @@ Answer with a JSON object only.";
 const ABOUT_SYSTEM: &str = "You decide whether a fact is about an episode of a conversation: whether the episode is where the fact comes from, or what it describes or depends on. \
 Give a score from 0 (clearly not) to 1 (clearly yes) and a yes/no decision. Answer with a JSON object only.";
 
+const ABOUT_EACH_SYSTEM: &str = "You decide whether a fact is about each of several episodes of a conversation: whether the episode is where the fact comes from, or what it describes or depends on. \
+For every episode give a score from 0 (clearly not) to 1 (clearly yes) and a yes/no decision. Answer with a JSON object only.";
+
 const WALK_SYSTEM: &str = "You rate how much each remembered fact matters to the recent dialogue, on four levels: \
 0 unrelated; 1 related (same people, things or subjects, worth following further, but not needed now); \
 2 keep (useful for the assistant to see for its next reply); 3 central (directly answers or decides what is being discussed). \
@@ -607,6 +610,55 @@ impl Judge for OpenAiJudge {
             let yes = v["about"].as_bool().ok_or("about must be true or false")?;
             Ok((score, yes))
         })
+    }
+
+    /// One call for all the episodes: the fact is the same, so asking per episode would send
+    /// it and the instructions again each time (the load run's judge calls were mostly these).
+    fn about_each(&self, ctx: &CallCtx, fact: &str, episodes: &[Vec<&str>]) -> Result<Vec<(f32, bool)>, ModelError> {
+        // An episode without passages is about nothing: it is not asked.
+        let asked: Vec<usize> = (0..episodes.len()).filter(|&i| !episodes[i].is_empty()).collect();
+        let mut out = vec![(0.0, false); episodes.len()];
+        let n = asked.len();
+        if n == 0 {
+            return Ok(out);
+        }
+        let listed: String = asked
+            .iter()
+            .enumerate()
+            .map(|(k, &i)| {
+                let passages: String = episodes[i]
+                    .iter()
+                    .map(|p| format!("---\n{}\n", snippet(p, MAX_ITEM_CHARS)))
+                    .collect();
+                format!("Episode {k}:\n{passages}")
+            })
+            .collect();
+        let task = Task {
+            name: "about_each",
+            system: ABOUT_EACH_SYSTEM,
+            user: format!(
+                "{listed}===\nFact: {}\n\nReturn {{\"episodes\": [{{\"episode\": 0, \"score\": <0..1>, \"about\": <true|false>}}, ...]}} with exactly one entry for each of the {n} episodes.",
+                snippet(fact, MAX_ITEM_CHARS)
+            ),
+            schema: json!({
+                "type": "object", "additionalProperties": false, "required": ["episodes"],
+                "properties": { "episodes": { "type": "array", "items": {
+                    "type": "object", "additionalProperties": false, "required": ["episode", "score", "about"],
+                    "properties": { "episode": { "type": "integer" }, "score": { "type": "number" }, "about": { "type": "boolean" } },
+                } } },
+            }),
+        };
+        let answers = self.ask(ctx, task, |v| {
+            per_item(&v["episodes"], n, "episode", |item| {
+                let score = score_in_unit(&item["score"], "score")?;
+                let yes = item["about"].as_bool().ok_or("about must be true or false")?;
+                Ok((score, yes))
+            })
+        })?;
+        for (&i, answer) in asked.iter().zip(answers) {
+            out[i] = answer;
+        }
+        Ok(out)
     }
 
     fn walk_levels(&self, ctx: &CallCtx, dialogue: &str, facts: &[&str]) -> Result<Vec<WalkLevel>, ModelError> {
