@@ -158,6 +158,7 @@ fn verdict(task: &str, user: &str) -> Value {
         "distill" => json!({"keep": []}),
         "extract" => json!({"facts": []}),
         "relation" => json!({"relation": "unrelated"}),
+        "relation_each" => json!({"relations": (0..n).map(|i| json!({"fact": i, "relation": "unrelated"})).collect::<Vec<_>>()}),
         _ => json!({}),
     }
 }

@@ -321,6 +321,25 @@ fn models_openai_judge_asks_once_whether_a_fact_is_about_each_of_several_episode
 }
 
 #[test]
+fn models_openai_judge_compares_a_new_fact_with_its_held_facts_in_one_call() {
+    let server = Server::start(vec![chat(
+        r#"{"relations": [{"fact": 2, "relation": "restates"}, {"fact": 0, "relation": "contradicts"}, {"fact": 1, "relation": "unrelated"}]}"#,
+    )]);
+    let j = OpenAiJudge::new(&judge_cfg(&server.url), Arc::new(Usage::default())).unwrap();
+    let held = ["Mia lives in Oslo", "Mia has a dog", "Mia moved to Bergen"];
+    assert_eq!(
+        j.relation_each(&CTX, "Mia lives in Bergen now", &held).unwrap(),
+        vec![Relation::Contradicts, Relation::Unrelated, Relation::Restates]
+    );
+    assert!(j.relation_each(&CTX, "anything", &[]).unwrap().is_empty(), "nothing held: no call");
+    let seen = server.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].body["response_format"]["json_schema"]["name"], "relation_each");
+    let prompt = seen[0].body["messages"][1]["content"].as_str().unwrap();
+    assert!(prompt.contains("for each of the 3 held facts") && prompt.contains("Mia has a dog"), "{prompt}");
+}
+
+#[test]
 fn models_openai_malformed_then_good_after_retry() {
     let server = Server::start(vec![
         chat("sure! the answer is restates"),

@@ -275,15 +275,16 @@ pub(super) fn plan(
                 candidates.push((earlier.fact, todo[j].note.clone()));
             }
         }
-        let mut relations = Vec::new();
-        for (held_n, held_note) in candidates.into_iter().take(RELATED_FACTS) {
-            let r = models
-                .judge
-                .relation(&ctx, &todo[i].note, &held_note)
-                .map_err(|e| e.to_string())?;
-            relations.push((held_n, r));
+        candidates.truncate(RELATED_FACTS);
+        let held_notes: Vec<&str> = candidates.iter().map(|(_, note)| note.as_str()).collect();
+        let relations = models
+            .judge
+            .relation_each(&ctx, &todo[i].note, &held_notes)
+            .map_err(|e| e.to_string())?;
+        if relations.len() != candidates.len() {
+            return Err(format!("the judge gave {} relations for {} facts", relations.len(), candidates.len()));
         }
-        placed[i].relations = relations;
+        placed[i].relations = candidates.iter().map(|(n, _)| *n).zip(relations).collect();
     }
     Ok(Some(Plan {
         next_entity: held.next_entity,

@@ -175,6 +175,11 @@ pub trait Judge: Send + Sync {
     fn distill(&self, ctx: &CallCtx, facts: &[&str], conversation: &str) -> Result<Vec<usize>, ModelError>;
     /// How a new fact relates to a held one; conservative: `Contradicts` only on strong evidence.
     fn relation(&self, ctx: &CallCtx, new_fact: &str, held_fact: &str) -> Result<Relation, ModelError>;
+    /// [`relation`](Judge::relation) of one new fact to several held ones, an answer per held
+    /// fact in order. A model judge asks once for all of them.
+    fn relation_each(&self, ctx: &CallCtx, new_fact: &str, held_facts: &[&str]) -> Result<Vec<Relation>, ModelError> {
+        held_facts.iter().map(|held| self.relation(ctx, new_fact, held)).collect()
+    }
     /// Facts worth keeping across conversations in `transcript` (turns of a conversation that
     /// nobody noted), each with a kind; empty when nothing is. Only a model reads a
     /// conversation for facts: the built-in judge finds none, and nothing is ever made up.

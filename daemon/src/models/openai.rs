@@ -539,6 +539,12 @@ const RELATION_SYSTEM: &str = "You compare a new fact with a fact already held a
 `unrelated`: anything else, including facts that merely share a subject, add detail, or when you are unsure. \
 Answer with a JSON object only.";
 
+const RELATION_EACH_SYSTEM: &str = "You compare a new fact with each of several facts already held about the same world, one by one. \
+`restates`: the new fact says the same thing as that held fact, possibly in other words. \
+`contradicts`: the new fact and that held fact cannot both be true at the same time (for example a changed number, place or status); choose it only on clear evidence. \
+`unrelated`: anything else, including facts that merely share a subject, add detail, or when you are unsure. \
+Answer with a JSON object only.";
+
 const EXTRACT_SYSTEM: &str = "You read the end of a conversation between a user and an assistant that is over. \
 List the facts worth remembering in later conversations with the same user: preferences, decisions, facts about their environment, outcomes, open questions. \
 Each fact is one short sentence in the third person that stands on its own, naming its subject. \
@@ -781,12 +787,45 @@ impl Judge for OpenAiJudge {
                 "properties": { "relation": { "type": "string", "enum": ["unrelated", "restates", "contradicts"] } },
             }),
         };
-        self.ask(ctx, task, |v| match v["relation"].as_str() {
-            Some("unrelated") => Ok(Relation::Unrelated),
-            Some("restates") => Ok(Relation::Restates),
-            Some("contradicts") => Ok(Relation::Contradicts),
-            _ => Err("relation must be \"unrelated\", \"restates\" or \"contradicts\"".into()),
-        })
+        self.ask(ctx, task, |v| relation_of(&v["relation"]))
+    }
+
+    /// One call for all the held facts a new fact is compared with (#8: contradiction asked in
+    /// one batched call).
+    fn relation_each(&self, ctx: &CallCtx, new_fact: &str, held_facts: &[&str]) -> Result<Vec<Relation>, ModelError> {
+        let n = held_facts.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let task = Task {
+            name: "relation_each",
+            system: RELATION_EACH_SYSTEM,
+            user: format!(
+                "Held facts:\n{}\nNew fact: {}\n\nReturn {{\"relations\": [{{\"fact\": 0, \"relation\": \"unrelated\" | \"restates\" | \"contradicts\"}}, ...]}} with exactly one entry for each of the {n} held facts.",
+                numbered(held_facts, MAX_ITEM_CHARS),
+                snippet(new_fact, MAX_ITEM_CHARS)
+            ),
+            schema: json!({
+                "type": "object", "additionalProperties": false, "required": ["relations"],
+                "properties": { "relations": { "type": "array", "items": {
+                    "type": "object", "additionalProperties": false, "required": ["fact", "relation"],
+                    "properties": {
+                        "fact": { "type": "integer" },
+                        "relation": { "type": "string", "enum": ["unrelated", "restates", "contradicts"] },
+                    },
+                } } },
+            }),
+        };
+        self.ask(ctx, task, |v| per_item(&v["relations"], n, "fact", |item| relation_of(&item["relation"])))
+    }
+}
+
+fn relation_of(v: &Value) -> Result<Relation, String> {
+    match v.as_str() {
+        Some("unrelated") => Ok(Relation::Unrelated),
+        Some("restates") => Ok(Relation::Restates),
+        Some("contradicts") => Ok(Relation::Contradicts),
+        _ => Err("relation must be \"unrelated\", \"restates\" or \"contradicts\"".into()),
     }
 }
 
