@@ -12,7 +12,7 @@ export RECALLD_MODEL_DIR ?= $(MODEL_DIR)
 export RECALLD_BENCH_DIR ?= $(abspath $(REPO)/../shared/bench)
 
 .PHONY: run test model build build-release test-rust test-python test-ts test-e2e venv py-client ts-client bench bench-engine sdk-py bench-kill
-.PHONY: test-bench bench-replay bench-load bench-tiers
+.PHONY: test-bench bench-replay bench-load bench-tiers test-fuzz fuzz
 
 run: model build-release
 	./target/release/recalld serve
@@ -27,11 +27,25 @@ build-release:
 model:
 	scripts/fetch-model.sh "$(MODEL_DIR)"
 
-test: model build test-rust test-bench test-python test-ts test-e2e
+test: model build test-rust test-bench test-python test-ts test-e2e test-fuzz
 	@echo "all suites passed"
 
 test-rust:
-	scripts/summarize-failure.sh target/test-rust.log cargo test -p recalld-protocol -p recalld
+	scripts/summarize-failure.sh target/test-rust.log cargo test -p recalld-protocol -p recalld -p recalld-fuzz
+
+# A short coverage-guided run of the frame and envelope decoder (the kept inputs of both
+# targets run in test-rust). The long runs: `make fuzz`.
+FUZZ_SHORT_SECONDS ?= 15
+test-fuzz:
+	scripts/fuzz.sh frames $(FUZZ_SHORT_SECONDS)
+
+# Fuzzing at length: each target for FUZZ_SECONDS or FUZZ_RUNS inputs, whichever ends first.
+# The provider-request target builds the daemon instrumented (about 15 min the first time).
+FUZZ_SECONDS ?= 1200
+FUZZ_RUNS ?= 10000000
+fuzz:
+	scripts/fuzz.sh frames $(FUZZ_SECONDS) -runs=$(FUZZ_RUNS)
+	scripts/fuzz.sh requests $(FUZZ_SECONDS) -runs=$(FUZZ_RUNS)
 
 # The replay benchmark's own tests (scoring on a tiny hand-made file; one replay through the
 # debug daemon). The benchmark itself is `make bench-replay`.

@@ -1,0 +1,58 @@
+//! The checks the fuzz targets run, kept in a library so `tests/regressions.rs` runs every
+//! input the fuzzer ever found (or was seeded with) in the ordinary test suite.
+//!
+//! - `frames`: a byte stream cut into arbitrary reads goes through the frame decoder and every
+//!   body through the envelope decoder. No panic; a body is never over the limit; a request
+//!   that decodes encodes and decodes to itself.
+//! - `requests`: JSON text goes through the provider-request and reply parsers (Chat
+//!   Completions, Responses, Anthropic Messages). No panic; a request that parses renders to a
+//!   request that parses, and rendering is a fixpoint from there.
+
+use bytes::BytesMut;
+use recalld_protocol::envelope::decode_reply;
+use recalld_protocol::{decode_request, encode_request, Frame, FrameDecoder};
+
+/// The first byte sets the frame limit, the second the read size; the rest is the stream.
+pub fn frames(data: &[u8]) {
+    let [limit, read, stream @ ..] = data else { return };
+    let max = 8 + usize::from(*limit) * 16;
+    let read = usize::from(*read).max(1);
+    let mut decoder = FrameDecoder::new(max);
+    let mut buf = BytesMut::new();
+    for chunk in stream.chunks(read) {
+        buf.extend_from_slice(chunk);
+        while let Some(frame) = decoder.decode(&mut buf) {
+            match frame {
+                Frame::Body(body) => {
+                    assert!(body.len() <= max, "a body of {} bytes over the limit of {max}", body.len());
+                    envelope(&body);
+                }
+                Frame::TooLarge { len } => assert!(len > max, "{len} bytes called too large under {max}"),
+            }
+        }
+    }
+}
+
+fn envelope(body: &[u8]) {
+    if let Ok(request) = decode_request(body) {
+        let again = decode_request(&encode_request(&request)).expect("an encoded request decodes");
+        assert_eq!(again, request, "a request survives encoding");
+    }
+    let _ = decode_reply(body);
+}
+
+/// The input is JSON text; anything else is no request at all.
+#[cfg(feature = "requests")]
+pub fn requests(data: &[u8]) {
+    use recalld::formats::{parse_request, parse_response, render_request};
+
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) else { return };
+    let _ = parse_response(&value);
+    let Ok(parsed) = parse_request(&value) else { return };
+    let render = |p: &recalld::formats::ParsedRequest| render_request(p.format, &p.instructions, &p.history, &p.rest, &[]);
+    let once = render(&parsed);
+    let reparsed = parse_request(&once).unwrap_or_else(|e| panic!("a rendered request does not parse: {e}\n{once}"));
+    assert_eq!(reparsed.format, parsed.format, "the format survives rendering");
+    let twice = render(&reparsed);
+    assert_eq!(twice, once, "rendering is a fixpoint");
+}
