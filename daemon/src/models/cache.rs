@@ -1,12 +1,13 @@
 //! Vectors of texts embedded lately, kept so the same text is not embedded twice. The lanes
-//! embed the same words again and again: an episode's text is judged against every new fact
-//! written near it, a recall block's passages and facts again when it is distilled, and a user
-//! message by recall and then by the lane. With the built-in model each embedding is CPU time
-//! (about 0.7 ms a token here); with an endpoint, a paid call.
+//! embed the same words again and again: a closed unit is context for the next units' boundary
+//! scores, an episode's units are judged against every new fact written near them, a recall
+//! block's passages and facts again when it is distilled. With the built-in model each
+//! embedding is CPU time (about 0.7 ms a token here); with an endpoint, a paid call.
 //!
 //! Two generations stand in for least-recently-used: lookups search both, a hit in the older
-//! is moved to the newer, and when the newer is full the older is dropped whole. Keys are a
-//! 128-bit hash of the text (two SipHash keys), so a collision is not a practical concern.
+//! moves to the newer while the newer has room, and when the newer is full the older is dropped
+//! whole. Keys are a 128-bit hash of the text (two SipHash keys), so a collision is not a
+//! practical concern.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
