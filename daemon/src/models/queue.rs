@@ -4,11 +4,12 @@
 //! (its deadline passed while it queued) is dropped unembedded, so a slow model never piles up
 //! work nobody will read. Before this queue, each late request's thread ran on to the end.
 //!
-//! The request path goes first: while a request-path embedding is queued or running, background
-//! model calls (the lanes' embedder, and so the built-in judge) wait before starting, up to
-//! [`MAX_YIELD`] each, so the two cores serve the caller who is waiting ([`Priority`],
-//! [`Yielding`]). Background calls run in batches of a few texts, so the request path waits for
-//! one small batch at most.
+//! The request path goes first: background model calls (the lanes' embedder, and so the
+//! built-in judge) wait before starting until the request-path embeddings queued or running at
+//! that moment are done, up to [`MAX_YIELD`] each, so the two cores serve the caller who is
+//! waiting ([`Priority`], [`Yielding`]). Requests arriving meanwhile do not extend the wait, so
+//! a steady stream of them slows the lanes but never stops them. Background calls run in
+//! batches of a few texts, so the request path waits for one small batch at most.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
@@ -24,26 +25,40 @@ pub const MAX_YIELD: Duration = Duration::from_secs(1);
 /// Texts a background call embeds between two chances for the request path to go first.
 const YIELD_BATCH: usize = 4;
 
-/// How many request-path embeddings are queued or running; background calls wait for none.
+/// The request-path embeddings begun and finished so far. A background call waits for those
+/// begun before it asked, not for those begun after: under a steady stream of requests the
+/// request path still goes first, and the lanes still move.
 #[derive(Default)]
 pub struct Priority {
-    waiting: Mutex<usize>,
+    counts: Mutex<Counts>,
     turn: Condvar,
 }
 
+#[derive(Default)]
+struct Counts {
+    begun: u64,
+    finished: u64,
+}
+
 impl Priority {
+    fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn begin(&self) -> PriorityGuard<'_> {
-        *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.counts().begun += 1;
         PriorityGuard(self)
     }
 
-    /// Waits (at most [`MAX_YIELD`]) until no request-path embedding is queued or running.
+    /// Waits (at most [`MAX_YIELD`]) until as many request-path embeddings have finished as
+    /// had begun when it was called.
     pub fn wait_turn(&self) {
         let until = Instant::now() + MAX_YIELD;
-        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        while *waiting > 0 {
+        let mut counts = self.counts();
+        let ahead = counts.begun;
+        while counts.finished < ahead {
             let Some(left) = until.checked_duration_since(Instant::now()) else { return };
-            waiting = self.turn.wait_timeout(waiting, left).unwrap_or_else(|e| e.into_inner()).0;
+            counts = self.turn.wait_timeout(counts, left).unwrap_or_else(|e| e.into_inner()).0;
         }
     }
 }
@@ -52,11 +67,8 @@ struct PriorityGuard<'a>(&'a Priority);
 
 impl Drop for PriorityGuard<'_> {
     fn drop(&mut self) {
-        let mut waiting = self.0.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        *waiting = waiting.saturating_sub(1);
-        if *waiting == 0 {
-            self.0.turn.notify_all();
-        }
+        self.0.counts().finished += 1;
+        self.0.turn.notify_all();
     }
 }
 
@@ -247,5 +259,25 @@ mod priority_tests {
         let t = Instant::now();
         priority.wait_turn();
         assert!(t.elapsed() < Duration::from_millis(50));
+    }
+
+    #[test]
+    fn a_request_begun_after_the_background_asked_does_not_hold_it_back() {
+        let priority = Arc::new(Priority::default());
+        let first = priority.begin();
+        let p = priority.clone();
+        let t = Instant::now();
+        let waiter = std::thread::spawn(move || {
+            p.wait_turn();
+            t.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        // A second request arrives while the background waits, and stays past the first.
+        let second = priority.begin();
+        std::thread::sleep(Duration::from_millis(50));
+        drop(first);
+        let waited = waiter.join().unwrap();
+        assert!(waited >= Duration::from_millis(100) && waited < Duration::from_millis(500), "{waited:?}");
+        drop(second);
     }
 }
