@@ -330,3 +330,22 @@ fn fingerprints_match_equal_and_split_edited() {
     }
     assert!(edited > 5000, "only {edited} edits tried");
 }
+
+/// Found by fuzzing (`fuzz/corpus/requests/crash-system-message-with-tool-result.json`): a Chat
+/// request whose system message held a `tool_result` block was read as Anthropic Messages and
+/// rendered back as Chat. A role only Chat has decides.
+#[test]
+fn a_system_message_with_a_tool_result_block_is_read_as_chat() {
+    let request = serde_json::json!({
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": [{"type": "tool_result", "tool_use_id": "c", "content": "x"}]},
+            {"role": "user", "content": "hi"},
+        ],
+    });
+    let p = parse_request(&request).unwrap();
+    assert_eq!(p.format, Format::ChatCompletions);
+    let again = parse_request(&render_back(&p)).unwrap();
+    assert_eq!(again.format, Format::ChatCompletions);
+    assert_eq!(render_back(&again), render_back(&p));
+}

@@ -260,7 +260,8 @@ pub(crate) fn render(instructions: &[Message], messages: &[Message], out: &mut M
 /// Whether a request with `messages` is in the Messages shape rather than Chat Completions:
 /// a field only Messages has (`system`, `top_k`, `stop_sequences`, `thinking`); else not when a
 /// field only Chat has is there (`max_completion_tokens`, `n`, `response_format`, …); else when
-/// tools have `input_schema` or a message holds tool_use/tool_result blocks. A minimal request
+/// tools have `input_schema`; else not when a message has a role only Chat has (system,
+/// developer, tool); else when a message holds tool_use/tool_result blocks. A minimal request
 /// (`model`, `max_tokens`, plain `messages`) reads the same in both: Messages clients mark it
 /// with a `system` field (an empty string is left out of the decorated request).
 pub(crate) fn is_messages_request(obj: &Map<String, Value>) -> bool {
@@ -287,6 +288,15 @@ pub(crate) fn is_messages_request(obj: &Map<String, Value>) -> bool {
         return true;
     }
     let messages: &[Value] = obj.get("messages").and_then(Value::as_array).map_or(&[], Vec::as_slice);
+    // Messages knows only the user and assistant roles: a system, developer or tool message
+    // is Chat's, whatever its content holds (found by fuzzing: a system message with a
+    // `tool_result` block was read as Messages and rendered back as Chat).
+    if messages
+        .iter()
+        .any(|m| matches!(m.get("role").and_then(Value::as_str), Some("system" | "developer" | "tool")))
+    {
+        return false;
+    }
     let mut block_types = messages
         .iter()
         .filter_map(|m| m.get("content").and_then(Value::as_array))
