@@ -629,6 +629,59 @@ mod tests {
         assert_eq!(n, 400);
     }
 
+    /// A full disk (a 4 MB tmpfs; needs root to mount, else skipped with a message): the write
+    /// that does not fit is an error, every write before it reads back whole, and once space is
+    /// freed the same store takes writes again.
+    #[test]
+    fn a_full_disk_refuses_the_write_and_keeps_every_earlier_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+            return;
+        }
+        struct Unmount<'a>(&'a std::path::Path);
+        impl Drop for Unmount<'_> {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(self.0).status();
+            }
+        }
+        let _unmount = Unmount(dir.path());
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        // A filler to free later, so the same store can be shown to write again.
+        std::fs::write(dir.path().join("filler"), vec![0u8; 512 * 1024]).unwrap();
+        let store = Store::open(&data, &StoreOptions { map_size: 256 * 1024 }).unwrap();
+        let text = "x".repeat(16_000);
+        let mut written = 0u64;
+        let failure = loop {
+            let n = written;
+            match store.write(|w| w.put(Table::Messages, &keys::seq("m", n), &Row { n, text: text.clone() })) {
+                Ok(()) => written += 1,
+                Err(e) => break e,
+            }
+            assert!(written < 10_000, "a 4 MB disk never filled");
+        };
+        assert!(written > 10, "{written} writes before the disk was full");
+        eprintln!("disk full after {written} writes: {failure}");
+        let rows: Vec<Row> = store
+            .read(|r| (0..written).map(|n| r.get(Table::Messages, &keys::seq("m", n)).map(Option::unwrap)).collect())
+            .unwrap();
+        assert!(rows.iter().enumerate().all(|(n, r)| r.n == n as u64 && r.text == text), "an earlier write came back changed");
+        std::fs::remove_file(dir.path().join("filler")).unwrap();
+        store
+            .write(|w| w.put(Table::Messages, &keys::seq("m", written), &Row { n: written, text: "after".into() }))
+            .expect("the store writes again once there is space");
+        drop(store);
+        let store = Store::open(&data, &StoreOptions { map_size: 256 * 1024 }).unwrap();
+        let n = store.read(|r| r.count(Table::Messages, &keys::memory_prefix("m"))).unwrap();
+        assert_eq!(n, written + 1, "reopened, the store holds every write");
+    }
+
     #[test]
     fn delete_memory_removes_its_record_and_prefixes_in_every_table_and_nothing_else() {
         let dir = tempfile::tempdir().unwrap();
