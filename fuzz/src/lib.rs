@@ -24,7 +24,11 @@ pub fn frames(data: &[u8]) {
         while let Some(frame) = decoder.decode(&mut buf) {
             match frame {
                 Frame::Body(body) => {
-                    assert!(body.len() <= max, "a body of {} bytes over the limit of {max}", body.len());
+                    assert!(
+                        body.len() <= max,
+                        "a body of {} bytes over the limit of {max}",
+                        body.len()
+                    );
                     envelope(&body);
                 }
                 Frame::TooLarge { len } => assert!(len > max, "{len} bytes called too large under {max}"),
@@ -46,10 +50,13 @@ fn envelope(body: &[u8]) {
 pub fn requests(data: &[u8]) {
     use recalld::formats::{parse_request, parse_response, render_request};
 
-    let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) else { return };
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) else {
+        return;
+    };
     let _ = parse_response(&value);
     let Ok(parsed) = parse_request(&value) else { return };
-    let render = |p: &recalld::formats::ParsedRequest| render_request(p.format, &p.instructions, &p.history, &p.rest, &[]);
+    let render =
+        |p: &recalld::formats::ParsedRequest| render_request(p.format, &p.instructions, &p.history, &p.rest, &[]);
     let once = render(&parsed);
     let reparsed = parse_request(&once).unwrap_or_else(|e| panic!("a rendered request does not parse: {e}\n{once}"));
     assert_eq!(reparsed.format, parsed.format, "the format survives rendering");

@@ -129,7 +129,8 @@ impl Embedder for Cached {
                 missing.push(i);
             }
         }
-        self.hits.fetch_add((texts.len() - missing.len()) as u64, Ordering::Relaxed);
+        self.hits
+            .fetch_add((texts.len() - missing.len()) as u64, Ordering::Relaxed);
         self.misses.fetch_add(missing.len() as u64, Ordering::Relaxed);
         if !missing.is_empty() {
             let asked: Vec<&str> = missing.iter().map(|&i| texts[i]).collect();
@@ -152,7 +153,10 @@ impl Embedder for Cached {
                 }
             }
         }
-        Ok(found.into_iter().map(|v| v.map(|v| v.to_vec()).unwrap_or_default()).collect())
+        Ok(found
+            .into_iter()
+            .map(|v| v.map(|v| v.to_vec()).unwrap_or_default())
+            .collect())
     }
 }
 
@@ -167,7 +171,10 @@ mod tests {
 
     impl Embedder for Counting {
         fn id(&self) -> ModelId {
-            ModelId { name: "counting".into(), dim: 2 }
+            ModelId {
+                name: "counting".into(),
+                dim: 2,
+            }
         }
         fn embed(&self, _: &CallCtx, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
             self.0.fetch_add(texts.len(), Ordering::SeqCst);
