@@ -595,10 +595,7 @@ impl Judge for OpenAiJudge {
         if episode_passages.is_empty() {
             return Ok((0.0, false));
         }
-        let passages: String = episode_passages
-            .iter()
-            .map(|p| format!("---\n{}\n", snippet(p, MAX_ITEM_CHARS)))
-            .collect();
+        let passages = dashed(episode_passages);
         let task = Task {
             name: "about",
             system: ABOUT_SYSTEM,
@@ -631,13 +628,7 @@ impl Judge for OpenAiJudge {
         let listed: String = asked
             .iter()
             .enumerate()
-            .map(|(k, &i)| {
-                let passages: String = episodes[i]
-                    .iter()
-                    .map(|p| format!("---\n{}\n", snippet(p, MAX_ITEM_CHARS)))
-                    .collect();
-                format!("Episode {k}:\n{passages}")
-            })
+            .map(|(k, &i)| format!("Episode {k}:\n{}", dashed(&episodes[i])))
             .collect();
         let task = Task {
             name: "about_each",
@@ -818,6 +809,14 @@ impl Judge for OpenAiJudge {
         };
         self.ask(ctx, task, |v| per_item(&v["relations"], n, "fact", |item| relation_of(&item["relation"])))
     }
+}
+
+/// An episode's passages as the about prompts list them: each after a `---` line, cut.
+fn dashed(passages: &[&str]) -> String {
+    passages
+        .iter()
+        .map(|p| format!("---\n{}\n", snippet(p, MAX_ITEM_CHARS)))
+        .collect()
 }
 
 fn relation_of(v: &Value) -> Result<Relation, String> {

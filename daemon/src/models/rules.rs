@@ -135,17 +135,17 @@ impl RulesJudge {
         };
         // Only the relevant facts are checked line by line: the lines (a tool output has many)
         // are embedded only when some fact could be kept.
-        let relevant: Vec<usize> = (0..facts.len())
+        let candidates: Vec<usize> = (0..facts.len())
             .filter(|&i| relevant[i] >= self.t.distill && !verbatim(i))
             .collect();
-        if relevant.is_empty() || lines.is_empty() {
-            return Ok(relevant);
+        if candidates.is_empty() || lines.is_empty() {
+            return Ok(candidates);
         }
-        let mut all: Vec<&str> = relevant.iter().map(|&i| facts[i]).collect();
+        let mut all: Vec<&str> = candidates.iter().map(|&i| facts[i]).collect();
         all.extend(&lines);
         let vs = self.vectors(ctx, &all)?;
-        let (fv, lv) = vs.split_at(relevant.len());
-        Ok(relevant
+        let (fv, lv) = vs.split_at(candidates.len());
+        Ok(candidates
             .iter()
             .zip(fv)
             .filter(|(_, f)| lv.iter().map(|l| cosine(f, l)).fold(-1.0f32, f32::max) < self.t.distill_said)
