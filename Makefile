@@ -13,7 +13,7 @@ export RECALLD_MODEL_DIR ?= $(MODEL_DIR)
 export RECALLD_BENCH_DIR ?= $(abspath $(REPO)/../shared/bench)
 
 .PHONY: run test model build build-release test-rust test-python test-ts test-e2e venv py-client ts-client bench bench-engine sdk-py bench-kill
-.PHONY: test-bench bench-replay bench-load bench-tiers test-fuzz fuzz
+.PHONY: test-bench bench-replay bench-load bench-tiers test-fuzz fuzz dist test-dist
 
 run: model build-release
 	./target/release/recalld serve
@@ -28,7 +28,7 @@ build-release:
 model:
 	scripts/fetch-model.sh "$(MODEL_DIR)"
 
-test: model build test-rust test-bench test-python test-ts test-e2e test-fuzz
+test: model build test-rust test-bench test-python test-ts test-e2e test-fuzz test-dist
 	@echo "all suites passed"
 
 test-rust:
@@ -77,6 +77,29 @@ test-ts: build ts-client venv
 
 test-e2e: build py-client ts-client
 	RECALLD_BIN="$(REPO)/target/debug/recalld" $(PY) -m pytest -q tests
+
+# What a host installs without a Rust toolchain, into DIST_DIR: the Debian package of the daemon
+# (scripts/dist-deb.sh: binary, system units, default config, the built-in model, the recalld
+# user and /var/lib/recalld), an abi3 wheel of the Python client, the npm tarball of the
+# TypeScript client. $(1): cargo profile, $(2): output directory, $(3): the .deb's compression.
+DIST_DIR ?= $(REPO)/dist
+define build-dist
+	mkdir -p "$(2)" && rm -f "$(2)"/recalld_*.deb "$(2)"/recalld-*.whl "$(2)"/recalld-*.tgz
+	scripts/dist-deb.sh --profile $(1) --out "$(2)" --model "$(MODEL_DIR)" --compress $(3)
+	cd client-py && VIRTUAL_ENV="$(VENV)" PATH="$(VENV)/bin:$$PATH" maturin build --quiet $(if $(filter release,$(1)),--release) --out "$(2)"
+	cd client-ts && npm pack --silent --pack-destination "$(2)" >/dev/null
+	@ls -l "$(2)"/recalld_*.deb "$(2)"/recalld-*.whl "$(2)"/recalld-*.tgz
+endef
+
+dist: model build-release venv ts-client
+	$(call build-dist,release,$(DIST_DIR),xz)
+
+# Installs what dist builds (a debug build, uncompressed, into target/dist-test) as a host
+# would: the .deb with dpkg (as root; skipped otherwise), the wheel into a fresh venv, the
+# tarball into a fresh npm project; see scripts/test-dist.sh.
+test-dist: model build venv ts-client
+	$(call build-dist,debug,$(REPO)/target/dist-test,none)
+	RECALLD_BIN="$(REPO)/target/debug/recalld" scripts/test-dist.sh "$(REPO)/target/dist-test"
 
 # Benchmarks (not tests): latency of hello/ping and a 2 KB decorate from Rust, Python, TypeScript
 # (BENCH_CALLS per measurement, default 10000).
