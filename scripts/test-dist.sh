@@ -269,8 +269,15 @@ SOCK="$TMP/d.sock"
 "$BIN" serve --socket "$SOCK" --data "$TMP/data" >"$TMP/daemon.log" 2>&1 &
 DAEMON_PID=$!
 
-python3 -m venv "$TMP/venv"
-"$TMP/venv/bin/pip" install --quiet --no-index --disable-pip-version-check "$WHEEL" \
+# A venv without pip of its own (ensurepip alone takes seconds), the wheel installed into it by
+# the outer pip (pip >= 22.3: --python); with an older pip, a venv with its own.
+python3 -m venv --without-pip "$TMP/venv"
+PIP=(python3 -m pip --python "$TMP/venv/bin/python")
+if ! "${PIP[@]}" --version >/dev/null 2>&1; then
+  python3 -m venv --clear "$TMP/venv"
+  PIP=("$TMP/venv/bin/python" -m pip)
+fi
+"${PIP[@]}" install --quiet --no-index --disable-pip-version-check "$WHEEL" \
   || fail "pip install --no-index $(basename "$WHEEL")"
 
 mkdir "$TMP/npm"
