@@ -159,6 +159,7 @@ fn verdict(task: &str, user: &str) -> Value {
         "extract" => json!({"facts": []}),
         "relation" => json!({"relation": "unrelated"}),
         "relation_each" => json!({"relations": (0..n).map(|i| json!({"fact": i, "relation": "unrelated"})).collect::<Vec<_>>()}),
+        "same_entity_each" => json!({"pairs": (0..n).map(|i| json!({"pair": i, "same": false})).collect::<Vec<_>>()}),
         _ => json!({}),
     }
 }

@@ -178,7 +178,7 @@ fn garden(c: &mut recalld::client::Client, memory: &str, turns: u64) -> Vec<Valu
 /// for the forgotten conversation's words (opened only while no daemon runs).
 fn held(root: &std::path::Path, memory: &str) -> (Vec<u64>, Vec<u64>, usize) {
     let words = recalld::index::words::Words::open(root, 8).unwrap();
-    let vectors = recalld::index::vectors::Vectors::open(root, 384).unwrap();
+    let vectors = recalld::index::vectors::Vectors::open(root, 384, "vectors").unwrap();
     let (mut w, mut v) = (words.ids(memory).unwrap(), vectors.ids(memory).unwrap());
     w.sort_unstable();
     v.sort_unstable();
@@ -219,7 +219,7 @@ fn after_forget_memory_no_search_finds_anything_of_it() {
     assert!(len(&before, "facts") >= 12, "{}", len(&before, "facts"));
     assert!(len(&before, "passages") > 0, "sealed episodes were cut into passages");
     let dir = recalld::index::memory_dir(&index, &gone_id);
-    let files = ["marks.json", "words", "vectors.usearch", "vectors.keys"];
+    let files = ["marks.json", "words", "vectors.usearch", "vectors.keys", "entities.usearch", "entities.keys"];
     for f in files {
         assert!(
             dir.join(f).exists(),

@@ -4,13 +4,13 @@
 
 mod util;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use recalld::engine::records::VectorRecord;
 use recalld::engine::{Engine, EngineConfig};
 use recalld::lanes::Lanes;
-use recalld::models::{Models, ModelsConfig};
+use recalld::models::{BoundaryScore, CallCtx, Judge, ModelError, Models, ModelsConfig, NamePair, Relation, WalkLevel};
 use recalld::store::{Store, StoreOptions, Table};
 use recalld_protocol::ops::ReportArgs;
 use serde_json::{json, Value};
@@ -19,21 +19,49 @@ struct Setup {
     engine: Arc<Engine>,
     store: Arc<Store>,
     lanes: Option<Lanes>,
-    _dir: tempfile::TempDir,
+    dir: Option<tempfile::TempDir>,
 }
 
 fn setup() -> Setup {
-    let dir = tempfile::tempdir().unwrap();
+    open(tempfile::tempdir().unwrap())
+}
+
+/// An engine with the built-in models and one lane worker over the store in `dir`, its
+/// indexes brought up to the store as the daemon does at start.
+fn open(dir: tempfile::TempDir) -> Setup {
+    open_with(dir, |m| m)
+}
+
+/// [`open`], with the built-in models changed by `models` (another judge).
+fn open_with(dir: tempfile::TempDir, models: impl FnOnce(Models) -> Models) -> Setup {
     let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
     let cfg: ModelsConfig = toml::from_str(&format!("[embedder]\npath = {:?}\n", util::model_dir())).unwrap();
-    let models = Models::load(&cfg, dir.path()).unwrap();
+    let models = models(Models::load(&cfg, dir.path()).unwrap());
     let engine = Arc::new(Engine::new(store.clone(), Some(models), EngineConfig::default()));
+    engine.check_indexes().unwrap();
     let lanes = Lanes::start(engine.clone(), 1, 0);
     Setup {
         engine,
         store,
         lanes: Some(lanes),
-        _dir: dir,
+        dir: Some(dir),
+    }
+}
+
+impl Setup {
+    /// Stops the engine and opens the same data again, as a restart does.
+    fn restart(mut self) -> Setup {
+        if let Some(l) = self.lanes.take() {
+            l.stop();
+        }
+        let dir = self.dir.take().unwrap();
+        let store = Arc::downgrade(&self.store);
+        drop(self);
+        assert!(
+            store.upgrade().is_none(),
+            "the store is closed before it is opened again"
+        );
+        open(dir)
     }
 }
 
@@ -90,8 +118,16 @@ fn entities_resolve_aliases_the_note_names_and_keep_distinct_ones_apart() {
         &s,
         "g",
         vec![
-            fact("Pricing page copy v3 awaits legal review.", "pricing page copy v3", "legal review"),
-            fact("Dana Smith owns the checkout migration.", "Dana Smith", "checkout migration"),
+            fact(
+                "Pricing page copy v3 awaits legal review.",
+                "pricing page copy v3",
+                "legal review",
+            ),
+            fact(
+                "Dana Smith owns the checkout migration.",
+                "Dana Smith",
+                "checkout migration",
+            ),
             fact("Ticket 1234 tracks the tax table bug.", "ticket 1234", "tax table bug"),
         ],
         1000.0,
@@ -102,9 +138,21 @@ fn entities_resolve_aliases_the_note_names_and_keep_distinct_ones_apart() {
         vec![
             json!({"note": "The new copy launches on 2026-03-14.", "subject": "the new copy",
                 "subject_aliases": ["pricing page copy v3"], "object": "launch date", "milestone": false}),
-            fact("Dana Lee reviews the checkout migration.", "Dana Lee", "The checkout migration"),
-            fact("Ticket 1235 tracks the refund rounding bug.", "ticket 1235", "refund rounding bug"),
-            fact("Legal review takes two working days.", "Legal Review", "two working days"),
+            fact(
+                "Dana Lee reviews the checkout migration.",
+                "Dana Lee",
+                "The checkout migration",
+            ),
+            fact(
+                "Ticket 1235 tracks the refund rounding bug.",
+                "ticket 1235",
+                "refund rounding bug",
+            ),
+            fact(
+                "Legal review takes two working days.",
+                "Legal Review",
+                "two working days",
+            ),
         ],
         2000.0,
     );
@@ -113,7 +161,10 @@ fn entities_resolve_aliases_the_note_names_and_keep_distinct_ones_apart() {
     assert_eq!(entity_of(&export, 3, "subject"), entity_of(&export, 0, "subject"));
     let copy = &export["entities"][entity_of(&export, 0, "subject") as usize];
     assert_eq!(copy["name"], "pricing page copy v3");
-    assert!(copy["aliases"].as_array().unwrap().contains(&json!("the new copy")), "{copy}");
+    assert!(
+        copy["aliases"].as_array().unwrap().contains(&json!("the new copy")),
+        "{copy}"
+    );
     // Same entity under another case or article: one node.
     assert_eq!(entity_of(&export, 4, "object"), entity_of(&export, 1, "object"));
     assert_eq!(entity_of(&export, 6, "subject"), entity_of(&export, 0, "object"));
@@ -144,7 +195,12 @@ fn a_fact_that_names_no_object_is_about_its_subject_and_no_nameless_entity_is_ma
     }
     // Without the rule, both facts met at one entity named "": a hub joining unrelated facts
     // (and the recall block named a group "About :").
-    let names: Vec<&str> = export["entities"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = export["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["Caroline", "Melanie"]);
 }
 
@@ -157,7 +213,11 @@ fn a_restatement_merges_and_a_contradiction_retires_keeping_both() {
         "r",
         vec![
             fact("Dana owns the checkout migration.", "Dana", "checkout migration"),
-            fact("The pricing page launches on 2026-03-14.", "pricing page", "launch date"),
+            fact(
+                "The pricing page launches on 2026-03-14.",
+                "pricing page",
+                "launch date",
+            ),
         ],
         1000.0,
     );
@@ -167,7 +227,11 @@ fn a_restatement_merges_and_a_contradiction_retires_keeping_both() {
         "r",
         vec![
             fact("Dana owns the checkout migration.", "Dana", "the checkout migration"),
-            fact("The pricing page launches on 2026-03-21.", "Pricing Page", "launch date"),
+            fact(
+                "The pricing page launches on 2026-03-21.",
+                "Pricing Page",
+                "launch date",
+            ),
         ],
         2000.0,
     );
@@ -220,7 +284,14 @@ fn a_change_of_embedding_model_embeds_stored_vectors_again() {
     s.store
         .write(|w| {
             for (k, v) in &vectors {
-                w.put(Table::Vectors, k, &VectorRecord { model: "old-model".into(), v: vec![0.0; v.v.len()] })?;
+                w.put(
+                    Table::Vectors,
+                    k,
+                    &VectorRecord {
+                        model: "old-model".into(),
+                        v: vec![0.0; v.v.len()],
+                    },
+                )?;
             }
             Ok(())
         })
@@ -233,4 +304,204 @@ fn a_change_of_embedding_model_embeds_stored_vectors_again() {
         assert_eq!(new.model, current);
         assert_eq!(new.v, old.v, "the same model gives the same vector");
     }
+}
+
+#[test]
+fn names_are_resolved_through_the_entity_index_which_is_rebuilt_from_the_store() {
+    let s = setup();
+    // A graph of some size first: forty people and places, each in a fact of its own.
+    let people = [
+        "Amara", "Bruno", "Chiara", "Dmitri", "Elif", "Farid", "Greta", "Hiroshi", "Ines", "Jonas", "Kofi", "Lena",
+        "Mateo", "Nadia", "Oskar", "Priya", "Quentin", "Rosa", "Sven", "Tamsin",
+    ];
+    let places = [
+        "Lisbon",
+        "Oslo",
+        "Nairobi",
+        "Kyoto",
+        "Quito",
+        "Tbilisi",
+        "Perth",
+        "Reykjavik",
+        "Hanoi",
+        "Accra",
+        "Bergen",
+        "Cusco",
+        "Dakar",
+        "Fes",
+        "Galway",
+        "Hobart",
+        "Izmir",
+        "Jaipur",
+        "Kaunas",
+        "Lyon",
+    ];
+    let first: Vec<Value> = people
+        .iter()
+        .zip(&places)
+        .map(|(p, c)| fact(&format!("{p} moved to {c}."), p, c))
+        .chain([fact(
+            "Joanna's character is a detective.",
+            "Joanna's character",
+            "detective",
+        )])
+        .collect();
+    note(&s, "x", first, 1000.0);
+    let export = s.engine.export("x").unwrap();
+    let entities = export["entities"].as_array().unwrap().len() as u64;
+    assert_eq!(entities, 42, "{}", export["entities"]);
+    let every: Vec<u64> = (0..entities).collect();
+    assert_eq!(
+        s.engine.entity_index("x").unwrap(),
+        Some((every.clone(), entities)),
+        "each job's entities are indexed after it"
+    );
+    // A name the note did not alias, close in meaning and not kept apart by the guard, is found
+    // among the nearest in the index.
+    note(
+        &s,
+        "x",
+        vec![fact(
+            "Joanna's characters all live in Boston.",
+            "Joanna's characters",
+            "Boston",
+        )],
+        2000.0,
+    );
+    let export = s.engine.export("x").unwrap();
+    assert_eq!(entity_of(&export, 21, "subject"), entity_of(&export, 20, "subject"));
+
+    // The entity index deleted while stopped is rebuilt from the store at start.
+    let dir = recalld::index::memory_dir(&s.dir.as_ref().unwrap().path().join("index"), "x");
+    for f in ["entities.usearch", "entities.keys"] {
+        std::fs::remove_file(dir.join(f)).unwrap();
+    }
+    let s = s.restart();
+    let entities = s.engine.export("x").unwrap()["entities"].as_array().unwrap().len() as u64;
+    assert_eq!(entities, 43, "Boston is the only new entity");
+    assert_eq!(
+        s.engine.entity_index("x").unwrap(),
+        Some(((0..entities).collect(), entities)),
+        "rebuilt at start"
+    );
+    note(
+        &s,
+        "x",
+        vec![fact("New York City hosts the book fair.", "New York City", "book fair")],
+        3000.0,
+    );
+    note(&s, "x", vec![fact("NYC is where Priya works.", "NYC", "Priya")], 4000.0);
+    let export = s.engine.export("x").unwrap();
+    assert_eq!(
+        entity_of(&export, 23, "subject"),
+        entity_of(&export, 22, "subject"),
+        "NYC is New York City"
+    );
+    assert_eq!(
+        entity_of(&export, 23, "object"),
+        entity_of(&export, 15, "subject"),
+        "Priya by her name"
+    );
+}
+
+/// The built-in judge, except that it says yes to every pair of close names and records the
+/// names it was asked about, one list per call (as a model judge would be asked).
+struct NamesJudge {
+    inner: Arc<dyn Judge>,
+    asked: Arc<Mutex<Vec<Vec<(String, Vec<String>)>>>>,
+}
+
+impl Judge for NamesJudge {
+    fn name(&self) -> String {
+        "names-judge".into()
+    }
+    fn boundaries(&self, ctx: &CallCtx, units: &[&str]) -> Result<Vec<BoundaryScore>, ModelError> {
+        self.inner.boundaries(ctx, units)
+    }
+    fn about(&self, ctx: &CallCtx, fact: &str, passages: &[&str]) -> Result<(f32, bool), ModelError> {
+        self.inner.about(ctx, fact, passages)
+    }
+    fn walk_levels(&self, ctx: &CallCtx, dialogue: &str, facts: &[&str]) -> Result<Vec<WalkLevel>, ModelError> {
+        self.inner.walk_levels(ctx, dialogue, facts)
+    }
+    fn distill(&self, ctx: &CallCtx, facts: &[&str], conversation: &str) -> Result<Vec<usize>, ModelError> {
+        self.inner.distill(ctx, facts, conversation)
+    }
+    fn relation(&self, ctx: &CallCtx, new: &str, held: &str) -> Result<Relation, ModelError> {
+        self.inner.relation(ctx, new, held)
+    }
+    fn same_entity_each(&self, _: &CallCtx, pairs: &[NamePair<'_>]) -> Result<Vec<bool>, ModelError> {
+        let call = pairs.iter().map(|p| (p.name.to_string(), p.held.to_vec())).collect();
+        self.asked.lock().unwrap().push(call);
+        Ok(vec![true; pairs.len()])
+    }
+}
+
+#[test]
+fn close_names_are_settled_by_a_model_judge_in_one_call_and_kept_apart_by_the_built_in_one() {
+    // MiniLM puts "marathon race" at 0.89 of "the marathon" and "charity run" at 0.83 of
+    // "charity race": close, below the cosine that decides alone, and nothing for the guard.
+    let first = || {
+        vec![
+            fact("The marathon starts at 8 am.", "the marathon", "8 am"),
+            fact("Priya trains for the charity race.", "Priya", "charity race"),
+        ]
+    };
+    let second = || {
+        vec![
+            fact(
+                "Marathon race numbers are handed out on Friday.",
+                "marathon race",
+                "Friday",
+            ),
+            fact("Priya's sister joins the charity run.", "Priya's sister", "charity run"),
+        ]
+    };
+    let built_in = setup();
+    note(&built_in, "m", first(), 1000.0);
+    note(&built_in, "m", second(), 2000.0);
+    let export = built_in.engine.export("m").unwrap();
+    assert_ne!(
+        entity_of(&export, 2, "subject"),
+        entity_of(&export, 0, "subject"),
+        "the built-in judge keeps them apart"
+    );
+    assert_ne!(entity_of(&export, 3, "object"), entity_of(&export, 1, "object"));
+
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let judged = open_with(tempfile::tempdir().unwrap(), |m| {
+        let judge = NamesJudge {
+            inner: m.judge.clone(),
+            asked: asked.clone(),
+        };
+        Models::with(m.embedder.clone(), Arc::new(judge))
+    });
+    note(&judged, "m", first(), 1000.0);
+    assert!(asked.lock().unwrap().is_empty(), "nothing close was held yet: no call");
+    note(&judged, "m", second(), 2000.0);
+    let export = judged.engine.export("m").unwrap();
+    let marathon = entity_of(&export, 0, "subject");
+    assert_eq!(
+        entity_of(&export, 2, "subject"),
+        marathon,
+        "the judge said they are one"
+    );
+    assert_eq!(entity_of(&export, 3, "object"), entity_of(&export, 1, "object"));
+    let aliases = &export["entities"][marathon as usize]["aliases"];
+    assert!(
+        aliases.as_array().unwrap().contains(&json!("marathon race")),
+        "{aliases}"
+    );
+    let calls = asked.lock().unwrap().clone();
+    assert_eq!(calls.len(), 1, "one call for the job's close names: {calls:?}");
+    let mut pairs = calls[0].clone();
+    pairs.sort();
+    assert_eq!(
+        pairs,
+        vec![
+            ("charity run".to_string(), vec!["charity race".to_string()]),
+            ("marathon race".to_string(), vec!["the marathon".to_string()]),
+        ],
+        "only the close names, with the held entity's names (Priya's sister is no one held)"
+    );
 }

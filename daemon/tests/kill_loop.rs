@@ -146,10 +146,12 @@ fn sigkill_at_random_points_loses_no_acknowledged_report_and_duplicates_nothing(
 }
 
 /// After the kills and the drain, each memory's word and vector indexes hold exactly the facts
-/// and passages its export has (recall's documents: fact n is 2n, passage n is 2n + 1).
+/// and passages its export has (recall's documents: fact n is 2n, passage n is 2n + 1), and its
+/// entity index every entity.
 fn check_indexes(root: &std::path::Path, exports: &BTreeMap<String, Value>) {
     let words = recalld::index::words::Words::open(root, 8).unwrap();
-    let vectors = recalld::index::vectors::Vectors::open(root, 384).unwrap();
+    let vectors = recalld::index::vectors::Vectors::open(root, 384, "vectors").unwrap();
+    let entities = recalld::index::vectors::Vectors::open(root, 384, "entities").unwrap();
     let mut checked = 0;
     for dir in std::fs::read_dir(root).unwrap() {
         let Ok(id) = std::fs::read_to_string(dir.unwrap().path().join("memory.id")) else { continue };
@@ -163,6 +165,8 @@ fn check_indexes(root: &std::path::Path, exports: &BTreeMap<String, Value>) {
         let mut held = vectors.ids(&id).unwrap();
         held.sort_unstable();
         assert_eq!(held, want, "{name}: the vector index holds what the store does");
+        let want: Vec<u64> = (0..export["entities"].as_array().unwrap().len() as u64).collect();
+        assert_eq!(entities.ids(&id).unwrap(), want, "{name}: the entity index holds every entity");
         checked += 1;
     }
     assert!(checked > 0, "no memory had indexes: nothing was checked");

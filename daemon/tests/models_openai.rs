@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use recalld::models::{
-    BoundaryScore, CallCtx, Embedder, EmbedderConfig, Judge, JudgeConfig, ModelError, OpenAiEmbedder, OpenAiJudge,
+    BoundaryScore, CallCtx, Embedder, EmbedderConfig, Judge, JudgeConfig, ModelError, NamePair, OpenAiEmbedder, OpenAiJudge,
     Provider, Relation, Usage, WalkLevel,
 };
 use serde_json::{json, Value};
@@ -337,6 +337,25 @@ fn models_openai_judge_compares_a_new_fact_with_its_held_facts_in_one_call() {
     assert_eq!(seen[0].body["response_format"]["json_schema"]["name"], "relation_each");
     let prompt = seen[0].body["messages"][1]["content"].as_str().unwrap();
     assert!(prompt.contains("for each of the 3 held facts") && prompt.contains("Mia has a dog"), "{prompt}");
+}
+
+#[test]
+fn models_openai_judge_settles_every_close_name_of_a_job_in_one_call() {
+    let server = Server::start(vec![chat(r#"{"pairs": [{"pair": 1, "same": false}, {"pair": 0, "same": true}]}"#)]);
+    let j = OpenAiJudge::new(&judge_cfg(&server.url), Arc::new(Usage::default())).unwrap();
+    let (marathon, priya) = (vec!["the marathon".to_string()], vec!["Priya".to_string(), "Priya Shah".to_string()]);
+    let pairs = [
+        NamePair { name: "marathon race", fact: "Marathon race numbers are handed out on Friday.", held: &marathon },
+        NamePair { name: "Priya's sister", fact: "Priya's sister joins the charity run.", held: &priya },
+    ];
+    assert_eq!(j.same_entity_each(&CTX, &pairs).unwrap(), vec![true, false]);
+    assert!(j.same_entity_each(&CTX, &[]).unwrap().is_empty(), "no names: no call");
+    let seen = server.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].body["response_format"]["json_schema"]["name"], "same_entity_each");
+    let prompt = seen[0].body["messages"][1]["content"].as_str().unwrap();
+    assert!(prompt.contains("for each of the 2 pairs"), "{prompt}");
+    assert!(prompt.contains(r#""Priya", "Priya Shah""#) && prompt.contains("charity run"), "{prompt}");
 }
 
 #[test]

@@ -4,9 +4,15 @@
 //! 1. its two names resolve to entities: a normalised name or a known alias first (the note's
 //!    own aliases included), then the nearest held entities by embedding, taken only when the
 //!    cosine reaches [`SAME_ENTITY`] and the guard [`distinct`] does not keep them apart;
-//!    otherwise a new entity. Candidates are the [`ENTITY_CANDIDATES`] nearest; they are found
-//!    by scanning the memory's entity vectors in LMDB, which grows with the graph until the
-//!    usearch index (`index/vectors.rs`) serves this search.
+//!    otherwise a new entity. Candidates are the [`ENTITY_CANDIDATES`] nearest in the memory's
+//!    entity index (usearch), plus the entities made since the index was last brought up to
+//!    the store (normally none: each job's entities are indexed right after it), so the cost
+//!    of resolving a name does not grow with the graph. Their cosines are computed again from
+//!    the stored vectors, so the threshold reads exact values, not the index's f16 ones.
+//!    A name whose nearest guard-passing entity is close but below the threshold (cosine ≥
+//!    [`MAYBE_SAME_ENTITY`]) is put to the judge, all of a job's such names in one call
+//!    (`Judge::same_entity_each`), before any is resolved: a model judge settles them, the
+//!    built-in judge keeps them apart.
 //! 2. it is embedded (the fact's sentence; new entities by name);
 //! 3. it is related to the newest held facts on the same two entities: a restatement merges into
 //!    the held fact (both sources kept, a counted `Restated` trace on the held fact's episodes);
@@ -21,12 +27,16 @@ use std::collections::{HashMap, HashSet};
 
 use super::records::{Entity, Fact, FactStatus, Restatement, TraceKind, VectorKind, VectorRecord};
 use super::state::State;
-use crate::models::{cosine, CallCtx, Models, Relation};
+use crate::index::vectors::Vectors;
+use crate::models::{cosine, CallCtx, Judge, Models, NamePair, Relation};
 use crate::store::{keys, Reader, StoreError, Table};
 
 /// Cosine of two names' embeddings from which they may name one entity (guard permitting).
 /// Calibrated on LoCoMo dev names: see docs/models.md, "Entity resolution".
 pub const SAME_ENTITY: f32 = 0.90;
+/// Cosine from which a name may name a held entity if the judge says so (below
+/// [`SAME_ENTITY`]; the built-in judge says no).
+pub const MAYBE_SAME_ENTITY: f32 = 0.80;
 /// Nearest held entities considered per name.
 pub const ENTITY_CANDIDATES: usize = 8;
 /// Newest held facts on the same two entities a new fact is related to.
@@ -135,20 +145,28 @@ impl Plan {
     }
 }
 
+/// The memory's entity index, as the planner searches it.
+pub(super) struct EntityIndex<'a> {
+    pub vectors: &'a Vectors,
+    /// Every entity numbered below this is in the index (its marks).
+    pub indexed: u64,
+}
+
 /// What the planner reads of the store for one job.
 struct Held {
     facts: Vec<Fact>,
     entities: HashMap<u64, Entity>,
-    vectors: Vec<(u64, Vec<f32>)>,
+    /// The vectors of entities the index does not hold yet (all of them without an index).
+    unindexed: Vec<(u64, Vec<f32>)>,
     next_entity: u64,
 }
 
-fn read_held(r: &Reader<'_>, memory: &str, facts: &[u64]) -> Result<Held, StoreError> {
+fn read_held(r: &Reader<'_>, memory: &str, facts: &[u64], indexed: u64, model: &str) -> Result<Held, StoreError> {
     let record: Option<super::records::MemoryRecord> = r.get(Table::Memories, &keys::memory(memory))?;
     let mut out = Held {
         facts: Vec::new(),
         entities: HashMap::new(),
-        vectors: Vec::new(),
+        unindexed: Vec::new(),
         next_entity: record.map_or(0, |m| m.next_entity),
     };
     for &n in facts {
@@ -156,14 +174,14 @@ fn read_held(r: &Reader<'_>, memory: &str, facts: &[u64]) -> Result<Held, StoreE
             out.facts.push(f);
         }
     }
-    // Entity vectors, compared by brute force: the usearch index will bound this scan.
     r.visit(
         Table::Vectors,
         &keys::seq2_prefix(memory, VectorKind::Entity as u64),
-        &keys::seq2_prefix(memory, VectorKind::Entity as u64),
+        &keys::seq2(memory, VectorKind::Entity as u64, indexed),
         |k, v: VectorRecord| {
-            let n = keys::last_number(k);
-            out.vectors.push((n, v.v));
+            if v.model == model {
+                out.unindexed.push((keys::last_number(k), v.v));
+            }
             Ok(true)
         },
     )?;
@@ -205,9 +223,12 @@ pub(super) fn plan(
     store: &crate::store::Store,
     memory: &str,
     facts: &[u64],
+    index: Option<EntityIndex<'_>>,
 ) -> Result<Option<Plan>, String> {
+    let model = models.embedder.id().name;
+    let indexed = index.as_ref().map_or(0, |ix| ix.indexed);
     let held = store
-        .read(|r| read_held(r, memory, facts))
+        .read(|r| read_held(r, memory, facts, indexed, &model))
         .map_err(|e| e.to_string())?;
     let todo: Vec<&Fact> = held.facts.iter().filter(|f| f.subject_entity.is_none()).collect();
     if todo.is_empty() {
@@ -229,25 +250,26 @@ pub(super) fn plan(
     let mut resolver = Resolver {
         store,
         memory,
-        held_vectors: &held.vectors,
+        model: &model,
+        index: index.map(|ix| ix.vectors),
+        unindexed: &held.unindexed,
         entities: held.entities.clone(),
         new: Vec::new(),
         new_norms: HashMap::new(),
         aliases: Vec::new(),
+        near: HashMap::new(),
+        judged: HashMap::new(),
     };
+    resolver.settle_close_names(models.judge.as_ref(), &ctx, &todo, name_vecs)?;
     let mut placed = Vec::new();
     for (i, f) in todo.iter().enumerate() {
-        let subject = resolver
-            .resolve(&f.subject, &f.subject_aliases, &name_vecs[2 * i])
-            .map_err(|e| e.to_string())?;
+        let subject = resolver.resolve(&f.subject, &f.subject_aliases, &name_vecs[2 * i])?;
         // A fact that names no object is about its subject alone: an edge from the subject to
         // itself. An empty name is no entity (it would join every such fact into one hub).
         let object = if norm(&f.object).is_empty() {
             subject
         } else {
-            resolver
-                .resolve(&f.object, &f.object_aliases, &name_vecs[2 * i + 1])
-                .map_err(|e| e.to_string())?
+            resolver.resolve(&f.object, &f.object_aliases, &name_vecs[2 * i + 1])?
         };
         placed.push(Placed {
             fact: f.n,
@@ -291,22 +313,110 @@ pub(super) fn plan(
         entities: resolver.new,
         aliases: resolver.aliases,
         placed,
-        model: models.embedder.id().name,
+        model,
     }))
 }
 
 struct Resolver<'a> {
     store: &'a crate::store::Store,
     memory: &'a str,
-    held_vectors: &'a [(u64, Vec<f32>)],
+    /// The embedder whose vectors are compared (vectors of another are left out).
+    model: &'a str,
+    index: Option<&'a Vectors>,
+    unindexed: &'a [(u64, Vec<f32>)],
     /// Held entities read so far (by number).
     entities: HashMap<u64, Entity>,
     new: Vec<NewEntity>,
     new_norms: HashMap<String, usize>,
     aliases: Vec<(u64, String)>,
+    /// [`Resolver::nearest_held`] by normalised name (the held entities do not change while
+    /// a job is planned).
+    near: HashMap<String, Vec<(f32, u64)>>,
+    /// Names the judge said name a held entity, by normalised name.
+    judged: HashMap<String, u64>,
 }
 
 impl Resolver<'_> {
+    /// Puts to the judge, in one call, every name of the job whose best candidate among the held
+    /// entities is close (≥ [`MAYBE_SAME_ENTITY`]) but not close enough to decide alone, and
+    /// keeps the pairs it says are one entity.
+    fn settle_close_names(&mut self, judge: &dyn Judge, ctx: &CallCtx, todo: &[&Fact], name_vecs: &[Vec<f32>]) -> Result<(), String> {
+        // (name, the fact's sentence, the held entity, its names)
+        let mut asks: Vec<(&str, &str, u64, Vec<String>)> = Vec::new();
+        let mut asked: HashSet<String> = HashSet::new();
+        for (i, f) in todo.iter().enumerate() {
+            let sides = [(&f.subject, &f.subject_aliases), (&f.object, &f.object_aliases)];
+            for (side, (name, aliases)) in sides.into_iter().enumerate() {
+                let vector = &name_vecs[2 * i + side];
+                if vector.is_empty() || norm(name).is_empty() || !asked.insert(norm(name)) || self.known(name, aliases)?.is_some() {
+                    continue;
+                }
+                let mut near = self.nearest_held_cached(name, vector)?;
+                near.retain(|(c, _)| *c >= MAYBE_SAME_ENTITY);
+                for (c, n) in near {
+                    let names = self.names(Node::Held(n)).map_err(|e| e.to_string())?;
+                    if names.is_empty() || names.iter().any(|other| distinct(name, other)) {
+                        continue;
+                    }
+                    if c < SAME_ENTITY {
+                        asks.push((name, &f.note, n, names));
+                    }
+                    break; // the nearest the guard lets through decides, or is asked about
+                }
+            }
+        }
+        if asks.is_empty() {
+            return Ok(());
+        }
+        let pairs: Vec<NamePair<'_>> = asks
+            .iter()
+            .map(|(name, fact, _, held)| NamePair { name, fact, held })
+            .collect();
+        let same = judge.same_entity_each(ctx, &pairs).map_err(|e| e.to_string())?;
+        if same.len() != asks.len() {
+            return Err(format!("the judge gave {} answers for {} names", same.len(), asks.len()));
+        }
+        for ((name, _, n, _), yes) in asks.iter().zip(same) {
+            if yes {
+                self.judged.insert(norm(name), *n);
+            }
+        }
+        tracing::debug!(asked = asks.len(), same = self.judged.len(), "close names judged");
+        Ok(())
+    }
+
+    /// A name already known: as written or as the note says it is also called, among the
+    /// entities of this job and the held ones.
+    fn known(&self, name: &str, aliases: &[String]) -> Result<Option<Node>, String> {
+        for n in std::iter::once(name).chain(aliases.iter().map(String::as_str)) {
+            let key = norm(n);
+            if key.is_empty() {
+                continue;
+            }
+            if let Some(&i) = self.new_norms.get(&key) {
+                return Ok(Some(Node::New(i)));
+            }
+            let memory = self.memory;
+            let alias = self.store.read(|r| r.get::<u64>(Table::Aliases, &keys::name(memory, &key)));
+            if let Some(e) = alias.map_err(|e| e.to_string())? {
+                return Ok(Some(Node::Held(e)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// [`Resolver::nearest_held`], nearest first, computed once per name.
+    fn nearest_held_cached(&mut self, name: &str, vector: &[f32]) -> Result<Vec<(f32, u64)>, String> {
+        let key = norm(name);
+        if let Some(near) = self.near.get(&key) {
+            return Ok(near.clone());
+        }
+        let mut near = self.nearest_held(vector)?;
+        near.sort_by(|a, b| b.0.total_cmp(&a.0));
+        self.near.insert(key, near.clone());
+        Ok(near)
+    }
+
     fn held(&mut self, n: u64) -> Result<Option<&Entity>, StoreError> {
         if !self.entities.contains_key(&n) {
             if let Some(e) = self.store.read(|r| entity(r, self.memory, n))? {
@@ -314,6 +424,30 @@ impl Resolver<'_> {
             }
         }
         Ok(self.entities.get(&n))
+    }
+
+    /// The held entities nearest to `vector` with their exact cosines: the index's nearest
+    /// (their stored vectors read again) and those the index does not hold yet.
+    fn nearest_held(&self, vector: &[f32]) -> Result<Vec<(f32, u64)>, String> {
+        let mut out: Vec<(f32, u64)> = self.unindexed.iter().map(|(n, v)| (cosine(vector, v), *n)).collect();
+        let Some(index) = self.index else { return Ok(out) };
+        let hits = index
+            .search(self.memory, vector, ENTITY_CANDIDATES)
+            .map_err(|e| e.to_string())?;
+        let (memory, model) = (self.memory, self.model);
+        let seen: HashSet<u64> = out.iter().map(|(_, n)| *n).collect();
+        self.store
+            .read(|r| {
+                for (n, _) in hits.iter().filter(|(n, _)| !seen.contains(n)) {
+                    let v: Option<VectorRecord> = r.get(Table::Vectors, &keys::seq2(memory, VectorKind::Entity as u64, *n))?;
+                    if let Some(v) = v.filter(|v| v.model == model) {
+                        out.push((cosine(vector, &v.v), *n));
+                    }
+                }
+                Ok(())
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(out)
     }
 
     /// The names an entity goes by (canonical first).
@@ -329,31 +463,23 @@ impl Resolver<'_> {
         })
     }
 
-    fn resolve(&mut self, name: &str, aliases: &[String], vector: &[f32]) -> Result<Node, StoreError> {
+    fn resolve(&mut self, name: &str, aliases: &[String], vector: &[f32]) -> Result<Node, String> {
         let written: Vec<&str> = std::iter::once(name)
             .chain(aliases.iter().map(String::as_str))
             .filter(|n| !norm(n).is_empty())
             .collect();
-        // 1. A name already known, as written or as the note says it is also called.
-        let mut found = None;
-        for n in &written {
-            let key = norm(n);
-            if let Some(&i) = self.new_norms.get(&key) {
-                found = Some(Node::New(i));
-                break;
-            }
-            let memory = self.memory;
-            if let Some(e) = self.store.read(|r| r.get::<u64>(Table::Aliases, &keys::name(memory, &key)))? {
-                found = Some(Node::Held(e));
-                break;
-            }
+        // 1. A name already known, as written or as the note says it is also called; else
+        //    one the judge said names a held entity.
+        let mut found = self.known(name, aliases)?;
+        if found.is_none() {
+            found = self.judged.get(&norm(name)).map(|&n| Node::Held(n));
         }
         // 2. The nearest entities by meaning, unless the guard keeps them apart.
         if found.is_none() && !vector.is_empty() {
             let mut near: Vec<(f32, Node)> = self
-                .held_vectors
-                .iter()
-                .map(|(n, v)| (cosine(vector, v), Node::Held(*n)))
+                .nearest_held_cached(name, vector)?
+                .into_iter()
+                .map(|(c, n)| (c, Node::Held(n)))
                 .chain(
                     self.new
                         .iter()
@@ -365,7 +491,7 @@ impl Resolver<'_> {
             near.sort_by(|a, b| b.0.total_cmp(&a.0));
             near.truncate(ENTITY_CANDIDATES);
             for (_, node) in near {
-                let names = self.names(node)?;
+                let names = self.names(node).map_err(|e| e.to_string())?;
                 if !names.is_empty() && names.iter().all(|other| !distinct(name, other)) {
                     found = Some(node);
                     break;
@@ -386,7 +512,7 @@ impl Resolver<'_> {
             }
         };
         // Every written form it did not go by yet becomes an alias.
-        let known: HashSet<String> = self.names(node)?.iter().map(|n| norm(n)).collect();
+        let known: HashSet<String> = self.names(node).map_err(|e| e.to_string())?.iter().map(|n| norm(n)).collect();
         let mut added: HashSet<String> = HashSet::new();
         for n in written {
             let key = norm(n);

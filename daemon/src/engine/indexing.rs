@@ -1,14 +1,16 @@
 //! Keeping a memory's search indexes current (the `Index` lane job): sealed episodes are cut
-//! into passages, embedded without the lock and stored under it; then the facts and passages
-//! past the index's marks are added to the word and vector indexes, which are committed before
-//! the marks move. LMDB stays the truth: indexes behind their memory (or missing) are brought up
-//! to date or rebuilt, by the next job or by the check at start (which only reads the store).
+//! into passages, embedded without the lock and stored under it; then the facts, passages and
+//! entities past the index's marks are added to the word and vector indexes, which are
+//! committed before the marks move. After each `Graph` job its new fact and entity vectors are
+//! added too, so the next job resolves names against an entity index that holds them. LMDB
+//! stays the truth: indexes behind their memory (or missing) are brought up to date or rebuilt,
+//! by the next job or by the check at start (which only reads the store).
 
 use super::passages::passages_of;
 use super::records::{EpisodeState, Fact, MemoryRecord, Passage, StoredMessage, VectorKind, VectorRecord};
 use super::recall::Doc;
 use super::state::State;
-use super::{Engine, EngineError};
+use super::{graph, Engine, EngineError};
 use crate::index::{IndexError, Marks};
 use crate::models::CallCtx;
 use crate::store::{keys, Table};
@@ -88,16 +90,13 @@ impl Engine {
         let Some(record) = self.store.read(|r| r.get::<MemoryRecord>(Table::Memories, &keys::memory(memory)))? else {
             return Ok(());
         };
-        let truth = Marks {
-            facts: record.next_fact,
-            passages: record.next_passage,
-        };
+        let truth = marks_of(&record);
         let held = ix.marks(memory);
         if held == Some(truth) {
             return Ok(());
         }
         let from = match held {
-            Some(m) if m.facts <= truth.facts && m.passages <= truth.passages => m,
+            Some(m) if m.facts <= truth.facts && m.passages <= truth.passages && m.entities <= truth.entities => m,
             _ => {
                 tracing::info!(memory, "rebuilding the memory's search indexes from the store");
                 ix.drop_memory(memory).map_err(index_error)?;
@@ -111,6 +110,7 @@ impl Engine {
         };
         let prefix = keys::memory_prefix(memory);
         let mut docs: Vec<(Doc, String, Option<Vec<f32>>)> = Vec::new();
+        let mut entities: Vec<(u64, Vec<f32>)> = Vec::new();
         self.store.read(|r| {
             r.visit(Table::Facts, &prefix, &keys::seq(memory, from.facts), |_, f: Fact| {
                 if f.n < truth.facts && !f.note.is_empty() {
@@ -125,6 +125,7 @@ impl Engine {
                 }
                 Ok(true)
             })?;
+            entities = entity_vectors(r, memory, from.entities, model.as_deref())?;
             Ok(())
         })?;
         for (doc, text, v) in &docs {
@@ -133,24 +134,31 @@ impl Engine {
                 vix.add(memory, doc.key(), v).map_err(index_error)?;
             }
         }
+        if let Some(eix) = &ix.entities {
+            for (n, v) in &entities {
+                eix.add(memory, *n, v).map_err(index_error)?;
+            }
+        }
         ix.commit(memory).map_err(index_error)?;
         ix.set_marks(memory, truth).map_err(index_error)?;
-        tracing::debug!(memory, added = docs.len(), "search indexes updated");
+        tracing::debug!(memory, added = docs.len(), entities = entities.len(), "search indexes updated");
         Ok(())
     }
 
-    /// Adds the vectors the graph just stored for `facts` to the vector index (an `Index` job
-    /// that ran before them indexed those facts by words only). Adding is idempotent.
-    pub(super) fn index_fact_vectors(&self, memory: &str, facts: &[u64]) -> Result<(), EngineError> {
+    /// After a `Graph` job: adds the vectors it stored for `facts` to the vector index (an
+    /// `Index` job that ran before them indexed those facts by words only) and the entities it
+    /// made to the entity index, then moves the entity mark, so the next job's names are
+    /// resolved against them without a scan. Adding is idempotent.
+    pub(super) fn index_graph(&self, memory: &str, facts: &[u64]) -> Result<(), EngineError> {
         let (Some(ix), Some(models)) = (&self.indexes, &self.models) else { return Ok(()) };
-        let Some(vix) = &ix.vectors else { return Ok(()) };
         let model = models.embedder.id().name;
         let lock = self.index_lock(memory);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-        let vectors: Vec<(u64, Vec<f32>)> = self.store.read(|r| {
-            if r.get::<serde::de::IgnoredAny>(Table::Memories, &keys::memory(memory))?.is_none() {
-                return Ok(Vec::new()); // forgotten meanwhile
-            }
+        let marks = ix.marks(memory);
+        let read = self.store.read(|r| {
+            let Some(record) = r.get::<MemoryRecord>(Table::Memories, &keys::memory(memory))? else {
+                return Ok(None); // forgotten meanwhile
+            };
             let mut out = Vec::new();
             for &n in facts {
                 let v: Option<VectorRecord> = r.get(Table::Vectors, &keys::seq2(memory, VectorKind::Fact as u64, n))?;
@@ -158,12 +166,45 @@ impl Engine {
                     out.push((n, v.v));
                 }
             }
-            Ok(out)
+            let from = marks.map_or(0, |m| m.entities);
+            Ok(Some((out, entity_vectors(r, memory, from, Some(&model))?, record.next_entity)))
         })?;
-        for (n, v) in &vectors {
-            vix.add(memory, Doc::Fact(*n).key(), v).map_err(index_error)?;
+        let Some((fact_vectors, entities, next_entity)) = read else { return Ok(()) };
+        if let Some(vix) = &ix.vectors {
+            for (n, v) in &fact_vectors {
+                vix.add(memory, Doc::Fact(*n).key(), v).map_err(index_error)?;
+            }
+            vix.save(memory).map_err(index_error)?;
         }
-        vix.save(memory).map_err(index_error)
+        if let Some(eix) = &ix.entities {
+            for (n, v) in &entities {
+                eix.add(memory, *n, v).map_err(index_error)?;
+            }
+            eix.save(memory).map_err(index_error)?;
+            // Without marks the memory's indexes are rebuilt whole by its next `Index` job.
+            if let Some(m) = marks.filter(|m| m.entities < next_entity) {
+                ix.set_marks(memory, Marks { entities: next_entity, ..m }).map_err(index_error)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// What the memory's entity index holds and how far its mark says it is current: for
+    /// tests and diagnostics. None without an entity index.
+    pub fn entity_index(&self, memory: &str) -> Result<Option<(Vec<u64>, u64)>, EngineError> {
+        let Some(eix) = self.indexes.as_ref().and_then(|ix| ix.entities.as_ref()) else { return Ok(None) };
+        let marks = self.indexes.as_ref().and_then(|ix| ix.marks(memory)).unwrap_or_default();
+        Ok(Some((eix.ids(memory).map_err(index_error)?, marks.entities)))
+    }
+
+    /// Where the graph finds a memory's held entities by meaning: its entity index, and the
+    /// number below which the index holds every entity. None when there is no entity index.
+    pub(super) fn entity_lookup(&self, memory: &str) -> Option<graph::EntityIndex<'_>> {
+        let ix = self.indexes.as_ref()?;
+        Some(graph::EntityIndex {
+            vectors: ix.entities.as_ref()?,
+            indexed: ix.marks(memory).map_or(0, |m| m.entities),
+        })
     }
 
     /// At start, before serving: brings every memory's indexes up to the store, rebuilding
@@ -174,10 +215,7 @@ impl Engine {
         let behind: Vec<String> = self.store.read(|r| {
             let mut ids = Vec::new();
             r.visit(Table::Memories, b"", b"", |_, m: MemoryRecord| {
-                let truth = Marks {
-                    facts: m.next_fact,
-                    passages: m.next_passage,
-                };
+                let truth = marks_of(&m);
                 if truth != Marks::default() && ix.marks(&m.id) != Some(truth) {
                     ids.push(m.id);
                 }
@@ -203,6 +241,39 @@ impl Engine {
             }
         }
     }
+}
+
+/// What a memory's indexes hold when they are current.
+fn marks_of(record: &MemoryRecord) -> Marks {
+    Marks {
+        facts: record.next_fact,
+        passages: record.next_passage,
+        entities: record.next_entity,
+    }
+}
+
+/// The stored vectors of the memory's entities numbered `from` on, made by `model` (others are
+/// left to re-embedding; none at all without a model).
+fn entity_vectors(
+    r: &crate::store::Reader<'_>,
+    memory: &str,
+    from: u64,
+    model: Option<&str>,
+) -> Result<Vec<(u64, Vec<f32>)>, crate::store::StoreError> {
+    let mut out = Vec::new();
+    let Some(model) = model else { return Ok(out) };
+    r.visit(
+        Table::Vectors,
+        &keys::seq2_prefix(memory, VectorKind::Entity as u64),
+        &keys::seq2(memory, VectorKind::Entity as u64, from),
+        |k, v: VectorRecord| {
+            if v.model == model {
+                out.push((keys::last_number(k), v.v));
+            }
+            Ok(true)
+        },
+    )?;
+    Ok(out)
 }
 
 fn index_error(e: IndexError) -> EngineError {

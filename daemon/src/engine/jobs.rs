@@ -223,8 +223,8 @@ impl Engine {
             self.save_and_keep(st)?;
             if let JobKind::Graph { facts } = &job.job {
                 drop(held);
-                if let Err(e) = self.index_fact_vectors(memory, facts) {
-                    tracing::warn!(memory, error = %e, "fact vectors not indexed");
+                if let Err(e) = self.index_graph(memory, facts) {
+                    tracing::warn!(memory, error = %e, "the graph's vectors not indexed");
                 }
             }
         }
@@ -327,7 +327,7 @@ impl Engine {
                     }
                 }
             }
-            Snapshot::Graph(facts) => match graph::plan(models, &self.store, memory, &facts) {
+            Snapshot::Graph(facts) => match graph::plan(models, &self.store, memory, &facts, self.entity_lookup(memory)) {
                 Ok(Some(plan)) => Judged::Graph(plan),
                 Ok(None) => Judged::Nothing,
                 Err(e) => Judged::Failed(e),

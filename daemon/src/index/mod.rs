@@ -5,8 +5,9 @@
 //! [`vectors::Vectors::ids`]) so the engine can compare with the store at start ([`diff`]) and
 //! add what is missing or rebuild from scratch.
 //!
-//! Layout under the data dir: `index/<memory dir>/words/` (a tantivy index) and
-//! `index/<memory dir>/vectors.usearch` + `vectors.keys`. The memory dir is a hash of the memory
+//! Layout under the data dir: `index/<memory dir>/words/` (a tantivy index),
+//! `index/<memory dir>/vectors.usearch` + `vectors.keys` (facts and passages, for recall) and
+//! `entities.usearch` + `entities.keys` (the graph's entities, for resolving a new name). The memory dir is a hash of the memory
 //! id (ids may hold any UTF-8 and be 256 bytes long), with the id itself written in `memory.id`.
 //!
 //! Why one index per memory rather than one shared index with a memory field: BM25's statistics
@@ -64,21 +65,27 @@ fn ensure_memory_dir(root: &Path, memory: &str) -> Result<PathBuf, IndexError> {
     Ok(dir)
 }
 
-/// A memory's two indexes under one root, and the marks that say what they hold.
+/// A memory's indexes under one root, and the marks that say what they hold.
 pub struct Indexes {
     root: PathBuf,
     pub words: words::Words,
     /// None without an embedder (then recall searches by words only).
     pub vectors: Option<vectors::Vectors>,
+    /// The graph's entities by the embedding of their name (None without an embedder).
+    pub entities: Option<vectors::Vectors>,
 }
 
-/// What a memory's indexes hold: every fact numbered below `facts` and every passage below
-/// `passages` (written after both indexes are durable, so a crash leaves them behind, never
-/// ahead: the next indexing adds again what may be missing, and adding is idempotent).
+/// What a memory's indexes hold: every fact numbered below `facts`, every passage below
+/// `passages` and every entity below `entities` (written after the indexes are durable, so a
+/// crash leaves them behind, never ahead: the next indexing adds again what may be missing,
+/// and adding is idempotent).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Marks {
     pub facts: u64,
     pub passages: u64,
+    /// Absent in marks written before entities were indexed: 0, so they are added.
+    #[serde(default)]
+    pub entities: u64,
 }
 
 const MARKS_FILE: &str = "marks.json";
@@ -92,7 +99,8 @@ impl Indexes {
         Ok(Indexes {
             root: root.to_path_buf(),
             words: words::Words::open(root, OPEN_WORD_INDEXES)?,
-            vectors: dim.map(|d| vectors::Vectors::open(root, d)).transpose()?,
+            vectors: dim.map(|d| vectors::Vectors::open(root, d, "vectors")).transpose()?,
+            entities: dim.map(|d| vectors::Vectors::open(root, d, "entities")).transpose()?,
         })
     }
 
@@ -100,7 +108,13 @@ impl Indexes {
     pub fn marks(&self, memory: &str) -> Option<Marks> {
         let path = memory_dir(&self.root, memory).join(MARKS_FILE);
         let bytes = std::fs::read(path).ok()?;
-        serde_json::from_slice(&bytes).ok()
+        let mut marks: Marks = serde_json::from_slice(&bytes).ok()?;
+        // An entity index whose files are gone holds none, whatever the marks say: its
+        // entities are added again (the other indexes are left as they are).
+        if marks.entities > 0 && self.entities.as_ref().is_some_and(|e| !e.saved(memory)) {
+            marks.entities = 0;
+        }
+        Some(marks)
     }
 
     /// Records what the memory's indexes hold, once both are durable.
@@ -112,13 +126,17 @@ impl Indexes {
         std::fs::rename(&tmp, &path).map_err(|e| IndexError::io(&path, e))
     }
 
-    /// Makes staged writes durable in both indexes.
+    /// Makes staged writes durable in every index.
     pub fn commit(&self, memory: &str) -> Result<(), IndexError> {
         self.words.commit(memory)?;
-        if let Some(v) = &self.vectors {
+        for v in self.vector_indexes() {
             v.save(memory)?;
         }
         Ok(())
+    }
+
+    fn vector_indexes(&self) -> impl Iterator<Item = &vectors::Vectors> {
+        self.vectors.iter().chain(&self.entities)
     }
 
     /// Throws away everything held for the memory (marks first, so a crash midway rebuilds).
@@ -130,7 +148,7 @@ impl Indexes {
             Err(e) => return Err(IndexError::io(&marks, e)),
         }
         self.words.drop_memory(memory)?;
-        if let Some(v) = &self.vectors {
+        for v in self.vector_indexes() {
             v.drop_memory(memory)?;
         }
         Ok(())
@@ -139,7 +157,7 @@ impl Indexes {
     /// Commits and saves every open index (at shutdown).
     pub fn flush(&self) -> Result<(), IndexError> {
         self.words.commit_all()?;
-        if let Some(v) = &self.vectors {
+        for v in self.vector_indexes() {
             v.save_all()?;
         }
         Ok(())

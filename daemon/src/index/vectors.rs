@@ -2,7 +2,9 @@
 //! The only module that imports usearch.
 //!
 //! Each memory's index lives in memory while used and is written to disk by [`Vectors::save`]
-//! (`vectors.usearch`, plus `vectors.keys`: the keys it holds, since usearch cannot list them).
+//! (`<stem>.usearch`, plus `<stem>.keys`: the keys it holds, since usearch cannot list them).
+//! The stem names what is indexed: one memory directory holds several such indexes (recall's
+//! facts and passages, the graph's entities), each with its own files.
 //! Both files are written to a temporary name and renamed; at load a keys file that does not
 //! match the index (a crash between the renames, a foreign file) makes the index count as empty,
 //! so the start-up check rebuilds it from the store. An index of another dimension (the
@@ -20,8 +22,6 @@ use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
 
 use super::{ensure_memory_dir, memory_dir, IndexError};
 
-const INDEX_FILE: &str = "vectors.usearch";
-const KEYS_FILE: &str = "vectors.keys";
 const FIRST_CAPACITY: usize = 64;
 
 fn err(e: impl std::fmt::Display) -> IndexError {
@@ -32,6 +32,8 @@ fn err(e: impl std::fmt::Display) -> IndexError {
 pub struct Vectors {
     root: PathBuf,
     dim: usize,
+    /// The name of this index's files in each memory directory.
+    stem: &'static str,
     open: Mutex<HashMap<String, Arc<Mutex<Handle>>>>,
 }
 
@@ -71,12 +73,12 @@ impl Handle {
     }
 
     /// The saved index in `dir`, or an empty one when there is none or it cannot be trusted.
-    fn load(dir: &Path, dim: usize) -> Result<Handle, IndexError> {
-        let (index_path, keys_path) = (dir.join(INDEX_FILE), dir.join(KEYS_FILE));
+    fn load(files: &Files, dim: usize) -> Result<Handle, IndexError> {
+        let (index_path, keys_path) = (&files.index, &files.keys);
         if !index_path.exists() || !keys_path.exists() {
             return Handle::empty(dim);
         }
-        match Handle::read(&index_path, &keys_path, dim) {
+        match Handle::read(index_path, keys_path, dim) {
             Ok(h) => Ok(h),
             Err(e) => {
                 tracing::warn!(error = %e, path = %index_path.display(), "vector index unusable; starting empty");
@@ -170,31 +172,48 @@ impl Handle {
             .collect())
     }
 
-    fn save(&mut self, dir: &Path) -> Result<(), IndexError> {
+    fn save(&mut self, files: &Files) -> Result<(), IndexError> {
         if !self.dirty {
             return Ok(());
         }
-        let (index_path, keys_path) = (dir.join(INDEX_FILE), dir.join(KEYS_FILE));
-        let (index_tmp, keys_tmp) = (dir.join("vectors.usearch.tmp"), dir.join("vectors.keys.tmp"));
+        let (index_tmp, keys_tmp) = (
+            files.index.with_extension("usearch.tmp"),
+            files.keys.with_extension("keys.tmp"),
+        );
         self.index.save(&index_tmp.to_string_lossy()).map_err(err)?;
         let bytes: Vec<u8> = self.keys.iter().flat_map(|k| k.to_le_bytes()).collect();
         std::fs::write(&keys_tmp, bytes).map_err(|e| IndexError::io(&keys_tmp, e))?;
-        std::fs::rename(&keys_tmp, &keys_path).map_err(|e| IndexError::io(&keys_path, e))?;
-        std::fs::rename(&index_tmp, &index_path).map_err(|e| IndexError::io(&index_path, e))?;
+        std::fs::rename(&keys_tmp, &files.keys).map_err(|e| IndexError::io(&files.keys, e))?;
+        std::fs::rename(&index_tmp, &files.index).map_err(|e| IndexError::io(&files.index, e))?;
         self.dirty = false;
         Ok(())
     }
 }
 
+/// Where one memory's index and its keys are written.
+struct Files {
+    index: PathBuf,
+    keys: PathBuf,
+}
+
 impl Vectors {
-    /// Vector indexes of `dim` dimensions (the embedder's) under `root` (e.g. `<data>/index`).
-    pub fn open(root: &Path, dim: usize) -> Result<Vectors, IndexError> {
+    /// Vector indexes of `dim` dimensions (the embedder's) under `root` (e.g. `<data>/index`),
+    /// in files named `stem` (`vectors` for recall's, `entities` for the graph's).
+    pub fn open(root: &Path, dim: usize, stem: &'static str) -> Result<Vectors, IndexError> {
         std::fs::create_dir_all(root).map_err(|e| IndexError::io(root, e))?;
         Ok(Vectors {
             root: root.to_path_buf(),
             dim,
+            stem,
             open: Mutex::new(HashMap::new()),
         })
+    }
+
+    fn files(&self, dir: &Path) -> Files {
+        Files {
+            index: dir.join(format!("{}.usearch", self.stem)),
+            keys: dir.join(format!("{}.keys", self.stem)),
+        }
     }
 
     pub fn dim(&self) -> usize {
@@ -210,7 +229,7 @@ impl Vectors {
         if let Some(h) = open.get(memory) {
             return Ok(h.clone());
         }
-        let h = Arc::new(Mutex::new(Handle::load(&self.dir(memory), self.dim)?));
+        let h = Arc::new(Mutex::new(Handle::load(&self.files(&self.dir(memory)), self.dim)?));
         open.insert(memory.to_owned(), h.clone());
         Ok(h)
     }
@@ -240,10 +259,15 @@ impl Vectors {
         self.with(memory, |h| Ok(h.keys.iter().copied().collect()))
     }
 
+    /// Whether the memory's index was ever written to disk (and is still there).
+    pub fn saved(&self, memory: &str) -> bool {
+        self.files(&self.dir(memory)).index.exists()
+    }
+
     /// Writes the memory's index to disk if it changed.
     pub fn save(&self, memory: &str) -> Result<(), IndexError> {
-        let dir = ensure_memory_dir(&self.root, memory)?;
-        self.with(memory, |h| h.save(&dir))
+        let files = self.files(&ensure_memory_dir(&self.root, memory)?);
+        self.with(memory, |h| h.save(&files))
     }
 
     /// Writes every changed index to disk (at shutdown).
@@ -272,8 +296,7 @@ impl Vectors {
             fresh.add(key, v.as_ref())?;
         }
         fresh.dirty = true;
-        let dir = ensure_memory_dir(&self.root, memory)?;
-        fresh.save(&dir)?;
+        fresh.save(&self.files(&ensure_memory_dir(&self.root, memory)?))?;
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         open.insert(memory.to_owned(), Arc::new(Mutex::new(fresh)));
         Ok(())
@@ -282,12 +305,12 @@ impl Vectors {
     /// Forgets the memory's vector index, in memory and on disk.
     pub fn drop_memory(&self, memory: &str) -> Result<(), IndexError> {
         self.open.lock().unwrap_or_else(|e| e.into_inner()).remove(memory);
-        let dir = self.dir(memory);
-        for f in [INDEX_FILE, KEYS_FILE] {
-            match std::fs::remove_file(dir.join(f)) {
+        let files = self.files(&self.dir(memory));
+        for f in [files.index, files.keys] {
+            match std::fs::remove_file(&f) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(IndexError::io(&dir.join(f), e)),
+                Err(e) => return Err(IndexError::io(&f, e)),
             }
         }
         Ok(())
@@ -316,7 +339,7 @@ mod tests {
     #[test]
     fn nearest_first_with_cosine_scores() {
         let dir = tempfile::tempdir().unwrap();
-        let v = Vectors::open(dir.path(), DIM).unwrap();
+        let v = Vectors::open(dir.path(), DIM, "vectors").unwrap();
         v.add("m", 10, &unit(0, 0.0)).unwrap();
         v.add("m", 11, &unit(0, 0.5)).unwrap();
         v.add("m", 12, &unit(3, 0.0)).unwrap();
@@ -328,7 +351,7 @@ mod tests {
     #[test]
     fn a_search_in_one_memory_never_returns_another_memorys_vectors() {
         let dir = tempfile::tempdir().unwrap();
-        let v = Vectors::open(dir.path(), DIM).unwrap();
+        let v = Vectors::open(dir.path(), DIM, "vectors").unwrap();
         v.add("a", 1, &unit(0, 0.0)).unwrap();
         v.add("b", 2, &unit(0, 0.0)).unwrap();
         assert_eq!(keys(&v.search("a", &unit(0, 0.0), 10).unwrap()), vec![1]);
@@ -337,9 +360,29 @@ mod tests {
     }
 
     #[test]
+    fn two_stems_in_one_root_are_two_indexes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (
+            Vectors::open(dir.path(), DIM, "vectors").unwrap(),
+            Vectors::open(dir.path(), DIM, "entities").unwrap(),
+        );
+        a.add("m", 1, &unit(0, 0.0)).unwrap();
+        b.add("m", 2, &unit(0, 0.0)).unwrap();
+        a.save("m").unwrap();
+        b.save("m").unwrap();
+        b.drop_memory("m").unwrap();
+        let (a, b) = (
+            Vectors::open(dir.path(), DIM, "vectors").unwrap(),
+            Vectors::open(dir.path(), DIM, "entities").unwrap(),
+        );
+        assert_eq!(a.ids("m").unwrap(), vec![1], "dropping one index leaves the other");
+        assert!(b.ids("m").unwrap().is_empty());
+    }
+
+    #[test]
     fn grows_past_its_first_capacity_replaces_and_removes() {
         let dir = tempfile::tempdir().unwrap();
-        let v = Vectors::open(dir.path(), DIM).unwrap();
+        let v = Vectors::open(dir.path(), DIM, "vectors").unwrap();
         for k in 0..1000u64 {
             v.add("m", k, &unit(k as usize, (k % 10) as f32 / 10.0)).unwrap();
         }
@@ -359,14 +402,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let queries: Vec<Vec<f32>> = (0..5).map(|i| unit(i, 0.3)).collect();
         let before: Vec<_> = {
-            let v = Vectors::open(dir.path(), DIM).unwrap();
+            let v = Vectors::open(dir.path(), DIM, "vectors").unwrap();
             for k in 0..100u64 {
                 v.add("m", k, &unit(k as usize, k as f32 / 100.0)).unwrap();
             }
             v.save_all().unwrap();
             queries.iter().map(|q| v.search("m", q, 10).unwrap()).collect()
         };
-        let v = Vectors::open(dir.path(), DIM).unwrap();
+        let v = Vectors::open(dir.path(), DIM, "vectors").unwrap();
         assert_eq!(v.ids("m").unwrap(), (0..100).collect::<Vec<_>>());
         let after: Vec<_> = queries.iter().map(|q| v.search("m", q, 10).unwrap()).collect();
         assert_eq!(before, after);
@@ -379,15 +422,15 @@ mod tests {
     fn an_index_of_another_dimension_or_with_wrong_keys_counts_as_empty() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let v = Vectors::open(dir.path(), DIM).unwrap();
+            let v = Vectors::open(dir.path(), DIM, "vectors").unwrap();
             v.add("m", 1, &unit(0, 0.0)).unwrap();
             v.add("n", 1, &unit(0, 0.0)).unwrap();
             v.save_all().unwrap();
         }
-        let v = Vectors::open(dir.path(), 16).unwrap();
+        let v = Vectors::open(dir.path(), 16, "vectors").unwrap();
         assert!(v.ids("m").unwrap().is_empty(), "a model change makes the index stale");
-        std::fs::write(memory_dir(dir.path(), "n").join(KEYS_FILE), 9u64.to_le_bytes()).unwrap();
-        let v = Vectors::open(dir.path(), DIM).unwrap();
+        std::fs::write(memory_dir(dir.path(), "n").join("vectors.keys"), 9u64.to_le_bytes()).unwrap();
+        let v = Vectors::open(dir.path(), DIM, "vectors").unwrap();
         assert!(v.ids("n").unwrap().is_empty(), "keys that do not match are not trusted");
         assert_eq!(v.ids("m").unwrap(), vec![1]);
     }
@@ -398,7 +441,7 @@ mod tests {
         let pairs: Vec<(u64, Vec<f32>)> = (0..64u64).map(|k| (k, unit(k as usize, k as f32 / 64.0))).collect();
         let queries: Vec<Vec<f32>> = (0..4).map(|i| unit(i * 2, 0.2)).collect();
         let before: Vec<_> = {
-            let v = Vectors::open(dir.path(), DIM).unwrap();
+            let v = Vectors::open(dir.path(), DIM, "vectors").unwrap();
             for (k, x) in &pairs {
                 v.add("m", *k, x).unwrap();
             }
@@ -406,14 +449,14 @@ mod tests {
             queries.iter().map(|q| keys(&v.search("m", q, 5).unwrap())).collect()
         };
         std::fs::remove_dir_all(memory_dir(dir.path(), "m")).unwrap();
-        let v = Vectors::open(dir.path(), DIM).unwrap();
+        let v = Vectors::open(dir.path(), DIM, "vectors").unwrap();
         let truth: Vec<u64> = pairs.iter().map(|p| p.0).collect();
         assert_eq!(super::super::diff(&v.ids("m").unwrap(), &truth).missing, truth);
         v.rebuild("m", pairs.iter().map(|(k, x)| (*k, x.as_slice()))).unwrap();
         let after: Vec<_> = queries.iter().map(|q| keys(&v.search("m", q, 5).unwrap())).collect();
         assert_eq!(before, after);
         // And the rebuilt index was saved: a fresh open sees it.
-        let v = Vectors::open(dir.path(), DIM).unwrap();
+        let v = Vectors::open(dir.path(), DIM, "vectors").unwrap();
         assert_eq!(v.ids("m").unwrap(), truth);
     }
 }

@@ -180,12 +180,30 @@ pub trait Judge: Send + Sync {
     fn relation_each(&self, ctx: &CallCtx, new_fact: &str, held_facts: &[&str]) -> Result<Vec<Relation>, ModelError> {
         held_facts.iter().map(|held| self.relation(ctx, new_fact, held)).collect()
     }
+    /// Whether each new name names the held entity it is paired with, an answer per pair in
+    /// order. Asked only for names whose embeddings are close to a held entity's but below the
+    /// cosine that decides alone (and that the graph's guard does not keep apart). A model judge
+    /// asks once for all; the built-in judge never merges on such evidence and says no.
+    fn same_entity_each(&self, _ctx: &CallCtx, pairs: &[NamePair<'_>]) -> Result<Vec<bool>, ModelError> {
+        Ok(vec![false; pairs.len()])
+    }
     /// Facts worth keeping across conversations in `transcript` (turns of a conversation that
     /// nobody noted), each with a kind; empty when nothing is. Only a model reads a
     /// conversation for facts: the built-in judge finds none, and nothing is ever made up.
     fn extract(&self, _ctx: &CallCtx, _transcript: &str) -> Result<Vec<Extracted>, ModelError> {
         Ok(Vec::new())
     }
+}
+
+/// A new name and a held entity it may name, for [`Judge::same_entity_each`].
+#[derive(Debug, Clone, Copy)]
+pub struct NamePair<'a> {
+    /// The name as the new fact writes it.
+    pub name: &'a str,
+    /// The new fact's sentence (what the name is said of).
+    pub fact: &'a str,
+    /// The held entity's names, canonical first.
+    pub held: &'a [String],
 }
 
 /// A fact a model read out of un-noted turns of a conversation.

@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 
 use super::config::{EmbedderConfig, JudgeConfig, ResponseFormat};
 use super::usage::{Kind, Usage};
-use super::{BoundaryScore, CallCtx, Embedder, Judge, ModelError, ModelId, Relation, WalkLevel};
+use super::{BoundaryScore, CallCtx, Embedder, Judge, ModelError, ModelId, NamePair, Relation, WalkLevel};
 
 /// Unit, passage and dialogue texts are cut to this many characters in prompts.
 const MAX_ITEM_CHARS: usize = 2_000;
@@ -545,6 +545,11 @@ const RELATION_EACH_SYSTEM: &str = "You compare a new fact with each of several 
 `unrelated`: anything else, including facts that merely share a subject, add detail, or when you are unsure. \
 Answer with a JSON object only.";
 
+const SAME_ENTITY_SYSTEM: &str = "You keep a knowledge graph of one conversation. For each pair, decide whether a new name refers to the same person, place, thing or project as a held entity (known by the names listed). \
+`true` only when they are clearly one: another spelling, a short form, an abbreviation, a singular or plural of the same thing. \
+`false` for different people (even with one name in common), different ids, versions or dates, a part or a group of the other, something owned by the other, or when you are unsure. \
+Answer with a JSON object only.";
+
 const EXTRACT_SYSTEM: &str = "You read the end of a conversation between a user and an assistant that is over. \
 List the facts worth remembering in later conversations with the same user: preferences, decisions, facts about their environment, outcomes, open questions. \
 Each fact is one short sentence in the third person that stands on its own, naming its subject. \
@@ -808,6 +813,44 @@ impl Judge for OpenAiJudge {
             }),
         };
         self.ask(ctx, task, |v| per_item(&v["relations"], n, "fact", |item| relation_of(&item["relation"])))
+    }
+
+    /// One call for every name a `Graph` job could not settle by its embedding alone (#8:
+    /// "then the judge when it is a model").
+    fn same_entity_each(&self, ctx: &CallCtx, pairs: &[NamePair<'_>]) -> Result<Vec<bool>, ModelError> {
+        let n = pairs.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let listed: String = pairs
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                format!(
+                    "Pair {i}: new name {:?}, in the fact: {}\n  held entity, known as: {}\n",
+                    snippet(p.name, MAX_ITEM_CHARS),
+                    snippet(p.fact, MAX_ITEM_CHARS),
+                    p.held.iter().map(|h| format!("{:?}", snippet(h, MAX_ITEM_CHARS))).collect::<Vec<_>>().join(", ")
+                )
+            })
+            .collect();
+        let task = Task {
+            name: "same_entity_each",
+            system: SAME_ENTITY_SYSTEM,
+            user: format!(
+                "{listed}\nReturn {{\"pairs\": [{{\"pair\": 0, \"same\": true | false}}, ...]}} with exactly one entry for each of the {n} pairs."
+            ),
+            schema: json!({
+                "type": "object", "additionalProperties": false, "required": ["pairs"],
+                "properties": { "pairs": { "type": "array", "items": {
+                    "type": "object", "additionalProperties": false, "required": ["pair", "same"],
+                    "properties": { "pair": { "type": "integer" }, "same": { "type": "boolean" } },
+                } } },
+            }),
+        };
+        self.ask(ctx, task, |v| {
+            per_item(&v["pairs"], n, "pair", |item| item["same"].as_bool().ok_or_else(|| "same must be true or false".to_string()))
+        })
     }
 }
 

@@ -248,7 +248,7 @@ impl Engine {
         {
             let lock = self.index_lock(&name);
             let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-            if ix.marks(&name) == Some(Marks { facts: version - 1, passages: 0 }) {
+            if ix.marks(&name) == Some(Marks { facts: version - 1, ..Marks::default() }) {
                 if let Some(d) = removed {
                     for i in 0..d.chunks.len() {
                         ix.words.remove(&name, key(d.n, i)).map_err(index_error)?;
@@ -261,7 +261,7 @@ impl Engine {
                     add_chunks(ix, &name, d)?;
                 }
                 ix.commit(&name).map_err(index_error)?;
-                ix.set_marks(&name, Marks { facts: version, passages: 0 }).map_err(index_error)?;
+                ix.set_marks(&name, Marks { facts: version, ..Marks::default() }).map_err(index_error)?;
                 return Ok(());
             }
         }
@@ -277,7 +277,7 @@ impl Engine {
         let lock = self.index_lock(&name);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
         let (version, docs) = self.store.read(|r| Ok((agent_record(r, agent)?.documents_version, documents(r, agent)?)))?;
-        let truth = Marks { facts: version, passages: 0 };
+        let truth = Marks { facts: version, ..Marks::default() };
         if ix.marks(&name) == Some(truth) {
             return Ok(false);
         }
