@@ -1,10 +1,11 @@
 //! A full disk through the real daemon binary (issue 11, "Disk full and map growth without
-//! corruption"). As root, the daemon's data directory is a small tmpfs holding a filler file,
+//! corruption"). As root, the daemon's data directory is a small tmpfs holding filler files,
 //! and the LMDB map starts at 1 MB so it grows several times on the way. Conversations with
 //! large messages are decorated and reported until an op fails; that op must be a clean
 //! `internal` error reply about storage (not a crash), the daemon must still answer `health`,
-//! and every acknowledged message must be in `export`. Then the filler is removed: the failed op
-//! succeeds when sent again, the next conversation too, and after a restart on the same
+//! and every acknowledged message must be in `export`. Then a filler is removed: the failed op
+//! succeeds when sent again, the next conversation too. In rounds: large user messages (the
+//! disk fills on a decorate), then large replies (on a report), until both ops have met it. After a restart on the same
 //! directory every acknowledged message is there exactly once.
 //!
 //! Not root, or no tmpfs can be mounted: the test prints why and passes without running.
@@ -19,10 +20,25 @@ use std::time::Instant;
 use recalld::client::{Client, ClientError};
 use serde_json::{json, Value};
 
-const DISK: &str = "size=16m";
+const DISK: &str = "size=20m";
 const FILLER_BYTES: usize = 2 << 20;
-const USER_BYTES: usize = 96 * 1024;
-const REPLY_BYTES: usize = 24 * 1024;
+const MAX_ROUNDS: usize = 4;
+
+/// Sizes of one round's messages: odd rounds' user messages are large (the disk fills on a
+/// decorate), even rounds' replies (it fills on a report).
+#[derive(Clone, Copy)]
+struct Shape {
+    user: usize,
+    reply: usize,
+}
+const USER_HEAVY: Shape = Shape {
+    user: 96 * 1024,
+    reply: 24 * 1024,
+};
+const REPLY_HEAVY: Shape = Shape {
+    user: 512,
+    reply: 128 * 1024,
+};
 
 /// Unmounts on drop, even when the test panics (declared before the daemon, so the daemon is
 /// killed first and the mount is not busy).
@@ -120,6 +136,13 @@ impl Step {
         }
     }
 
+    fn op(&self) -> &'static str {
+        match self {
+            Step::Decorate { .. } => "decorate",
+            Step::Report { .. } => "report",
+        }
+    }
+
     fn text(&self) -> &str {
         match self {
             Step::Decorate { history, .. } => history.last().unwrap(),
@@ -130,12 +153,12 @@ impl Step {
 
 /// The steps of conversation `i`: two turns of a user message and a reply (the first turn
 /// closes when the second begins, so the lanes have units to judge while the disk fills).
-fn conversation(i: u64) -> Vec<Step> {
+fn conversation(i: u64, shape: Shape) -> Vec<Step> {
     let memory = format!("full-{i}");
-    let u1 = text(&format!("{memory} user 1:"), 4 * i, USER_BYTES);
-    let a1 = text(&format!("{memory} answer 1:"), 4 * i + 1, REPLY_BYTES);
-    let u2 = text(&format!("{memory} user 2:"), 4 * i + 2, USER_BYTES / 4);
-    let a2 = text(&format!("{memory} answer 2:"), 4 * i + 3, REPLY_BYTES);
+    let u1 = text(&format!("{memory} user 1:"), 4 * i, shape.user);
+    let a1 = text(&format!("{memory} answer 1:"), 4 * i + 1, shape.reply);
+    let u2 = text(&format!("{memory} user 2:"), 4 * i + 2, shape.user / 4);
+    let a2 = text(&format!("{memory} answer 2:"), 4 * i + 3, shape.reply);
     vec![
         Step::Decorate {
             memory: memory.clone(),
@@ -213,10 +236,11 @@ fn a_full_disk_is_a_clean_error_and_every_acknowledged_message_survives_it() {
     }
     let _unmount = Unmount(disk.clone());
     let started = Instant::now();
-    // Something to free later, written before the daemon takes the rest.
-    let filler = disk.join("filler");
-    std::fs::write(&filler, vec![0x5a_u8; FILLER_BYTES]).unwrap();
-
+    // Something to free later, one per round, written before the daemon takes the rest.
+    let fillers: Vec<PathBuf> = (1..=MAX_ROUNDS).map(|r| disk.join(format!("filler-{r}"))).collect();
+    for f in &fillers {
+        std::fs::write(f, vec![0x5a_u8; FILLER_BYTES]).unwrap();
+    }
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("recalld.toml");
     // A 1 MB map at start: it doubles several times before the disk is full.
@@ -231,88 +255,106 @@ fn a_full_disk_is_a_clean_error_and_every_acknowledged_message_survives_it() {
     d.spawn(&cfg_arg);
     let mut c = d.client();
 
-    // Fill the disk.
     let mut acknowledged: Vec<Step> = Vec::new();
     let mut i = 0u64;
-    let (failed, error) = 'fill: loop {
-        for step in conversation(i) {
+    let mut map = 0;
+    // The ops that met the full disk: rounds go on (large user messages, then large replies, …)
+    // until both a decorate and a report have.
+    let mut failed_ops = std::collections::BTreeSet::new();
+    for (round, filler) in (1..).zip(&fillers) {
+        let shape = if round % 2 == 1 { USER_HEAVY } else { REPLY_HEAVY };
+        // Fill the disk.
+        let round_start = Instant::now();
+        let before = acknowledged.len();
+        let (failed, error) = 'fill: loop {
+            for step in conversation(i, shape) {
+                match step.send(&mut c) {
+                    Ok(_) => acknowledged.push(step),
+                    Err(e) => break 'fill (step, e),
+                }
+            }
+            i += 1;
+            assert!(i < 2_000, "a 20 MB disk never filled");
+        };
+        eprintln!(
+            "round {round}: disk full after {} acknowledged ops in {:.1} s, at the {} of {}: {error}",
+            acknowledged.len() - before,
+            round_start.elapsed().as_secs_f64(),
+            failed.op(),
+            failed.memory()
+        );
+        // The failure is an error reply with the documented code, not a dropped connection.
+        match &error {
+            ClientError::Server(body) => {
+                assert_eq!(body.code.as_str(), "internal", "{error}");
+                assert!(body.message.contains("storage"), "{error}");
+            }
+            other => panic!("the full disk was not an error reply: {other} (did the daemon die?)"),
+        }
+        failed_ops.insert(failed.op());
+        if round == 1 {
+            assert!(
+                acknowledged.len() > 10,
+                "{} ops before the disk was full",
+                acknowledged.len()
+            );
+        }
+        // Still serving, on the same connection and a new one.
+        assert_eq!(c.call("health", json!({})).unwrap()["status"], "ok");
+        assert_eq!(d.client().call("health", json!({})).unwrap()["status"], "ok");
+        // The map grew from 1 MB on the way.
+        let metrics = c.call("metrics", json!({})).unwrap();
+        map = metrics["store_map_bytes"].as_u64().unwrap();
+        assert!(map >= 4 << 20, "the map did not grow: {metrics}");
+        check_acknowledged(&mut c, &acknowledged, "disk full");
+        // Sent again while the disk is still full: the same clean error (or, if something freed
+        // a little room meanwhile, stored), never a poisoned memory or a dead connection.
+        let mut pending = Some(failed);
+        for _ in 0..2 {
+            let Some(step) = pending.take() else { break };
             match step.send(&mut c) {
                 Ok(_) => acknowledged.push(step),
-                Err(e) => break 'fill (step, e),
+                Err(ClientError::Server(body)) if body.code.as_str() == "internal" => pending = Some(step),
+                Err(e) => panic!("sent again on a full disk: {e}"),
             }
         }
-        i += 1;
-        assert!(i < 2_000, "a 16 MB disk never filled");
-    };
-    let filled = started.elapsed();
-    eprintln!(
-        "disk full after {} acknowledged ops ({i} conversations) in {:.1} s, at the {} of {}: {error}",
-        acknowledged.len(),
-        filled.as_secs_f64(),
-        if matches!(failed, Step::Decorate { .. }) {
-            "decorate"
-        } else {
-            "report"
-        },
-        failed.memory()
-    );
-    // The failure is an error reply with the documented code, not a dropped connection.
-    match &error {
-        ClientError::Server(body) => {
-            assert_eq!(body.code.as_str(), "internal", "{error}");
-            assert!(body.message.contains("storage"), "{error}");
-        }
-        other => panic!("the full disk was not an error reply: {other} (did the daemon die?)"),
-    }
-    assert!(
-        acknowledged.len() > 10,
-        "{} ops before the disk was full",
-        acknowledged.len()
-    );
-    // Still serving, on the same connection and a new one.
-    assert_eq!(c.call("health", json!({})).unwrap()["status"], "ok");
-    assert_eq!(d.client().call("health", json!({})).unwrap()["status"], "ok");
-    // The map grew from 1 MB on the way.
-    let metrics = c.call("metrics", json!({})).unwrap();
-    let map = metrics["store_map_bytes"].as_u64().unwrap();
-    assert!(map >= 4 << 20, "the map did not grow: {metrics}");
-    check_acknowledged(&mut c, &acknowledged, "disk full");
-    // Sent again while the disk is still full: the same clean error (or, if something freed
-    // a little room meanwhile, stored), never a poisoned memory or a dead connection.
-    let mut pending = Some(failed);
-    for _ in 0..2 {
-        let Some(step) = pending.take() else { break };
-        match step.send(&mut c) {
-            Ok(_) => acknowledged.push(step),
-            Err(ClientError::Server(body)) if body.code.as_str() == "internal" => pending = Some(step),
-            Err(e) => panic!("sent again on a full disk: {e}"),
-        }
-    }
-    check_acknowledged(&mut c, &acknowledged, "disk still full");
+        check_acknowledged(&mut c, &acknowledged, "disk still full");
 
-    // Space again: the failed op goes through when sent again, and so does a new conversation.
-    std::fs::remove_file(&filler).unwrap();
-    let failed = match pending {
-        Some(step) => {
-            step.send(&mut c).expect("the failed op succeeds once there is space");
-            acknowledged.push(step.clone());
-            step
+        // Space again: the failed op goes through when sent again, and so does a new conversation.
+        std::fs::remove_file(filler).unwrap();
+        let failed = match pending {
+            Some(step) => {
+                step.send(&mut c).expect("the failed op succeeds once there is space");
+                acknowledged.push(step.clone());
+                step
+            }
+            None => acknowledged.last().unwrap().clone(),
+        };
+        // The rest of the conversation it belongs to.
+        let steps = conversation(i, shape);
+        let at = steps.iter().position(|s| s.text() == failed.text()).unwrap();
+        for step in steps.into_iter().skip(at + 1) {
+            step.send(&mut c).expect("the rest of its conversation succeeds too");
+            acknowledged.push(step);
         }
-        None => acknowledged.last().unwrap().clone(),
-    };
-    // The rest of the conversation it belongs to.
-    let steps = conversation(i);
-    let at = steps.iter().position(|s| s.text() == failed.text()).unwrap();
-    for step in steps.into_iter().skip(at + 1) {
-        step.send(&mut c).expect("the rest of its conversation succeeds too");
-        acknowledged.push(step);
+        for step in conversation(i + 1, shape) {
+            step.send(&mut c)
+                .expect("a new conversation is stored once there is space");
+            acknowledged.push(step);
+        }
+        i += 2;
+        check_acknowledged(&mut c, &acknowledged, "space freed");
+        if failed_ops.len() == 2 {
+            break;
+        }
     }
-    for step in conversation(i + 1) {
-        step.send(&mut c)
-            .expect("a new conversation is stored once there is space");
-        acknowledged.push(step);
-    }
-    check_acknowledged(&mut c, &acknowledged, "space freed");
+    // Which op meets the full disk follows from the sizes (and a little from the lanes' small
+    // writes): large user messages fill it on a decorate, large replies on a report.
+    assert_eq!(
+        failed_ops.len(),
+        2,
+        "in {MAX_ROUNDS} rounds the full disk met only {failed_ops:?}"
+    );
     drop(c);
 
     // Restarted on the same directory: every acknowledged message is there, once.
