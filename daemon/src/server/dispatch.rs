@@ -141,13 +141,15 @@ async fn run(state: &Arc<AppState>, peer: &Peer, request: Request) -> Result<Val
             let a: DecorateArgs = args(request.args)?;
             let engine = state.engine.clone();
             let reply = blocking(move || engine.decorate(a)).await?;
-            to_value(reply)
+            // Moved into the reply, not serialised into a copy: the request and its info are
+            // the largest values the daemon sends.
+            Ok(json!({"request": reply.request, "info": reply.info}))
         }
         "report" => {
             let a: ReportArgs = args(request.args)?;
             let engine = state.engine.clone();
             let reply = blocking(move || engine.report(a)).await?;
-            to_value(reply)
+            Ok(json!({"response": reply.response, "again": reply.again}))
         }
         "export" => {
             let a: ExportArgs = args(request.args)?;
