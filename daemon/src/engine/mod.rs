@@ -117,6 +117,27 @@ impl Default for EngineConfig {
     }
 }
 
+/// Episodes out of view that decorate's `info` lists, the latest ones: the reply must not grow
+/// with the whole history (`export` lists every episode).
+pub const INFO_PAST_EPISODES: usize = 64;
+
+/// The episodes decorate's `info` lists (every one in view, and the latest
+/// [`INFO_PAST_EPISODES`] out of it, in order) and how many it leaves out.
+fn info_episodes(episodes: &[records::Episode]) -> (impl Iterator<Item = &records::Episode>, usize) {
+    let in_view = |e: &records::Episode| matches!(e.state, EpisodeState::Live | EpisodeState::Leaving);
+    let past = episodes.iter().filter(|e| !in_view(e)).count();
+    let omitted = past.saturating_sub(INFO_PAST_EPISODES);
+    let mut skipped = 0;
+    let listed = episodes.iter().filter(move |e| {
+        if in_view(e) || skipped == omitted {
+            return true;
+        }
+        skipped += 1;
+        false
+    });
+    (listed, omitted)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("{0}")]
@@ -522,6 +543,7 @@ impl Engine {
         st.memory.updated_at = now;
         let activations = activation::of_episodes(st.episodes.len(), &st.traces, now);
         let significances = activation::significance_of_episodes(st.episodes.len(), &st.traces);
+        let (listed, omitted) = info_episodes(&st.episodes);
         let info = json!({
             "format": parsed.format,
             "stored": plan.new.len(),
@@ -549,7 +571,8 @@ impl Engine {
             "hidden_for_recall": assembled.hidden_for_recall,
             "in_view": assembled.in_view,
             "recall": recall_info,
-            "episodes": st.episodes.iter().map(|e| json!({
+            "episodes_omitted": omitted,
+            "episodes": listed.map(|e| json!({
                 "n": e.n, "state": e.state, "turns": [e.first_turn, e.last_turn],
                 "seqs": [e.first_seq, e.last_seq], "tokens": e.tokens,
                 "activation": activations[e.n as usize],
