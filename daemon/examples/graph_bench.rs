@@ -72,6 +72,20 @@ fn note(engine: &Engine, facts: Vec<Value>, now: f64) {
         .unwrap();
 }
 
+/// One note of `per_note` facts, each between two names never used before; the lane drains.
+fn note_new_names(engine: &Engine, next: &mut usize, per_note: usize, now: &mut f64) {
+    let facts = (0..per_note)
+        .map(|k| {
+            let (s, o) = (name(*next + 2 * k), name(*next + 2 * k + 1));
+            json!({"note": format!("{s} is next to {o}."), "subject": s, "object": o, "milestone": false})
+        })
+        .collect();
+    note(engine, facts, *now);
+    *next += 2 * per_note;
+    *now += 60.0;
+    drain(engine);
+}
+
 fn drain(engine: &Engine) {
     while engine.pending_jobs().unwrap().1 > 0 {
         std::thread::sleep(Duration::from_millis(20));
@@ -107,30 +121,12 @@ fn main() {
         // Grow to the size (two new names per fact), then measure the next five notes alone.
         let started = Instant::now();
         while next < size {
-            let facts = (0..per_note)
-                .map(|k| {
-                    let (s, o) = (name(next + 2 * k), name(next + 2 * k + 1));
-                    json!({"note": format!("{s} is next to {o}."), "subject": s, "object": o, "milestone": false})
-                })
-                .collect();
-            note(&engine, facts, now);
-            next += 2 * per_note;
-            now += 60.0;
-            drain(&engine);
+            note_new_names(&engine, &mut next, per_note, &mut now);
         }
         eprintln!("grown to {next} names in {:.0} s", started.elapsed().as_secs_f64());
         let (runs0, secs0) = graph_time(&engine);
         for _ in 0..5 {
-            let facts = (0..per_note)
-                .map(|k| {
-                    let (s, o) = (name(next + 2 * k), name(next + 2 * k + 1));
-                    json!({"note": format!("{s} is next to {o}."), "subject": s, "object": o, "milestone": false})
-                })
-                .collect();
-            note(&engine, facts, now);
-            next += 2 * per_note;
-            now += 60.0;
-            drain(&engine);
+            note_new_names(&engine, &mut next, per_note, &mut now);
         }
         let (runs, secs) = graph_time(&engine);
         let (runs, secs) = (runs - runs0, secs - secs0);

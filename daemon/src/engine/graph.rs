@@ -174,13 +174,27 @@ fn read_held(r: &Reader<'_>, memory: &str, facts: &[u64], indexed: u64, model: &
             out.facts.push(f);
         }
     }
+    out.unindexed = entity_vectors(r, memory, indexed, Some(model))?;
+    Ok(out)
+}
+
+/// The stored vectors of the memory's entities numbered `from` on, made by `model` (others are
+/// left to re-embedding; none at all without a model).
+pub(super) fn entity_vectors(
+    r: &Reader<'_>,
+    memory: &str,
+    from: u64,
+    model: Option<&str>,
+) -> Result<Vec<(u64, Vec<f32>)>, StoreError> {
+    let mut out = Vec::new();
+    let Some(model) = model else { return Ok(out) };
     r.visit(
         Table::Vectors,
         &keys::seq2_prefix(memory, VectorKind::Entity as u64),
-        &keys::seq2(memory, VectorKind::Entity as u64, indexed),
+        &keys::seq2(memory, VectorKind::Entity as u64, from),
         |k, v: VectorRecord| {
             if v.model == model {
-                out.unindexed.push((keys::last_number(k), v.v));
+                out.push((keys::last_number(k), v.v));
             }
             Ok(true)
         },

@@ -125,7 +125,7 @@ impl Engine {
                 }
                 Ok(true)
             })?;
-            entities = entity_vectors(r, memory, from.entities, model.as_deref())?;
+            entities = graph::entity_vectors(r, memory, from.entities, model.as_deref())?;
             Ok(())
         })?;
         for (doc, text, v) in &docs {
@@ -167,7 +167,7 @@ impl Engine {
                 }
             }
             let from = marks.map_or(0, |m| m.entities);
-            Ok(Some((out, entity_vectors(r, memory, from, Some(&model))?, record.next_entity)))
+            Ok(Some((out, graph::entity_vectors(r, memory, from, Some(&model))?, record.next_entity)))
         })?;
         let Some((fact_vectors, entities, next_entity)) = read else { return Ok(()) };
         if let Some(vix) = &ix.vectors {
@@ -250,30 +250,6 @@ fn marks_of(record: &MemoryRecord) -> Marks {
         passages: record.next_passage,
         entities: record.next_entity,
     }
-}
-
-/// The stored vectors of the memory's entities numbered `from` on, made by `model` (others are
-/// left to re-embedding; none at all without a model).
-fn entity_vectors(
-    r: &crate::store::Reader<'_>,
-    memory: &str,
-    from: u64,
-    model: Option<&str>,
-) -> Result<Vec<(u64, Vec<f32>)>, crate::store::StoreError> {
-    let mut out = Vec::new();
-    let Some(model) = model else { return Ok(out) };
-    r.visit(
-        Table::Vectors,
-        &keys::seq2_prefix(memory, VectorKind::Entity as u64),
-        &keys::seq2(memory, VectorKind::Entity as u64, from),
-        |k, v: VectorRecord| {
-            if v.model == model {
-                out.push((keys::last_number(k), v.v));
-            }
-            Ok(true)
-        },
-    )?;
-    Ok(out)
 }
 
 fn index_error(e: IndexError) -> EngineError {
