@@ -366,6 +366,16 @@ fn storage(data: &Path, stats: &Value, agents: &[Agent]) -> Storage {
         raw_transcript_bytes: raw,
         bytes_per_message: per(data_dir_bytes),
         raw_bytes_per_message: per(raw),
+        tables: {
+            let mut t: Vec<(String, u64)> = stats["store_tables"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(name, v)| (name.clone(), v["bytes"].as_u64().unwrap_or(0)))
+                .collect();
+            t.sort_by(|a, b| b.1.cmp(&a.1));
+            t
+        },
     }
 }
 

@@ -78,6 +78,8 @@ pub struct Storage {
     pub raw_transcript_bytes: u64,
     pub bytes_per_message: f64,
     pub raw_bytes_per_message: f64,
+    /// `stats.store_tables`: the store's tables by the bytes of their pages, largest first.
+    pub tables: Vec<(String, u64)>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -255,6 +257,15 @@ impl LoadReport {
                     s.index_bytes as f64 / 1e6,
                     s.raw_bytes_per_message
                 ),
+            ),
+            (
+                "store by table, per stored message".into(),
+                s.tables
+                    .iter()
+                    .take(6)
+                    .map(|(t, b)| format!("{t} {:.0} B", *b as f64 / s.messages_stored.max(1) as f64))
+                    .collect::<Vec<_>>()
+                    .join(", "),
             ),
             (
                 "cold start on that data".into(),

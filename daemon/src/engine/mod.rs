@@ -814,11 +814,19 @@ impl Engine {
 
     pub fn stats(&self) -> Result<Value, EngineError> {
         use crate::store::Table;
-        let (memories, messages, facts) = self.store.read(|r| {
+        let (memories, messages, facts, tables) = self.store.read(|r| {
+            let mut tables = serde_json::Map::new();
+            for table in Table::ALL {
+                let (entries, bytes) = r.table_size(table)?;
+                if entries > 0 {
+                    tables.insert(table.name().into(), json!({"entries": entries, "bytes": bytes}));
+                }
+            }
             Ok((
                 r.count(Table::Memories, b"")?,
                 r.count(Table::Messages, b"")?,
                 r.count(Table::Facts, b"")?,
+                tables,
             ))
         })?;
         Ok(json!({
@@ -826,6 +834,8 @@ impl Engine {
             "messages": messages,
             "facts": facts,
             "store_bytes": self.store.size_bytes(),
+            // Per table: entries and the bytes of its pages (where the disk goes).
+            "store_tables": tables,
             "store_map_bytes": self.store.map_size(),
             "jobs_pending": self.pending_jobs()?.1,
             "lanes": self.lane_stats(None)?,

@@ -69,7 +69,7 @@ pub enum Table {
 }
 
 impl Table {
-    const ALL: [Table; 21] = [
+    pub const ALL: [Table; 21] = [
         Table::Meta,
         Table::Memories,
         Table::Messages,
@@ -383,6 +383,14 @@ pub struct Reader<'s> {
 }
 
 impl Reader<'_> {
+    /// Entries in `table` and the bytes of its pages (branch, leaf and overflow): where the
+    /// disk goes, for `stats`.
+    pub fn table_size(&self, table: Table) -> Result<(u64, u64), StoreError> {
+        let s = self.txn.stat(self.store.db(table))?;
+        let pages = s.branch_pages() + s.leaf_pages() + s.overflow_pages();
+        Ok((s.entries() as u64, pages as u64 * u64::from(s.page_size())))
+    }
+
     pub fn get<V: DeserializeOwned>(&self, table: Table, key: &[u8]) -> Result<Option<V>, StoreError> {
         get_in(self.txn, self.store.db(table), table, key)
     }
@@ -436,6 +444,9 @@ impl Reader<'_> {
 
     /// Number of entries under `prefix`.
     pub fn count(&self, table: Table, prefix: &[u8]) -> Result<u64, StoreError> {
+        if prefix.is_empty() {
+            return Ok(self.table_size(table)?.0); // the whole table: LMDB keeps the count
+        }
         let mut n = 0;
         scan_in(self.txn, self.store.db(table), prefix, prefix, |_, _| {
             n += 1;
@@ -561,6 +572,32 @@ mod tests {
     struct Row {
         n: u64,
         text: String,
+    }
+
+    #[test]
+    fn table_sizes_count_entries_and_the_pages_they_take() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        store
+            .write(|w| {
+                for n in 0..300u64 {
+                    let row = Row { n, text: "x".repeat(3000) }; // overflow pages
+                    w.put(Table::Messages, &keys::seq(if n % 3 == 0 { "a" } else { "b" }, n), &row)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        store
+            .read(|r| {
+                let (entries, bytes) = r.table_size(Table::Messages)?;
+                assert_eq!(entries, 300);
+                assert!(bytes >= 300 * 3000, "{bytes} bytes of pages for 900 KB of values");
+                assert_eq!(r.count(Table::Messages, b"")?, 300, "the whole table, from the count");
+                assert_eq!(r.count(Table::Messages, &keys::memory_prefix("a"))?, 100, "a prefix, scanned");
+                assert_eq!(r.table_size(Table::Facts)?, (0, 0));
+                Ok(())
+            })
+            .unwrap();
     }
 
     #[test]
