@@ -24,14 +24,42 @@ use recalld_protocol::ops::ReportArgs;
 use serde_json::{json, Value};
 
 const FIRST: [&str; 40] = [
-    "Amara", "Bruno", "Chiara", "Dmitri", "Elif", "Farid", "Greta", "Hiroshi", "Ines", "Jonas", "Kofi", "Lena", "Mateo",
-    "Nadia", "Oskar", "Priya", "Quentin", "Rosa", "Sven", "Tamsin", "Ulla", "Viktor", "Wren", "Ximena", "Yusuf", "Zara",
-    "Anton", "Bea", "Cyrus", "Dalia", "Emil", "Fatou", "Goran", "Hana", "Idris", "Jude", "Kaia", "Luca", "Mina", "Nils",
+    "Amara", "Bruno", "Chiara", "Dmitri", "Elif", "Farid", "Greta", "Hiroshi", "Ines", "Jonas", "Kofi", "Lena",
+    "Mateo", "Nadia", "Oskar", "Priya", "Quentin", "Rosa", "Sven", "Tamsin", "Ulla", "Viktor", "Wren", "Ximena",
+    "Yusuf", "Zara", "Anton", "Bea", "Cyrus", "Dalia", "Emil", "Fatou", "Goran", "Hana", "Idris", "Jude", "Kaia",
+    "Luca", "Mina", "Nils",
 ];
 const THINGS: [&str; 30] = [
-    "garden", "kayak", "violin", "bakery", "novel", "bicycle", "telescope", "podcast", "orchard", "studio", "trailer",
-    "workshop", "canoe", "piano", "vineyard", "gallery", "cabin", "festival", "quilt", "mural", "greenhouse", "drone",
-    "aquarium", "library", "sculpture", "tent", "lantern", "pottery", "chess club", "choir",
+    "garden",
+    "kayak",
+    "violin",
+    "bakery",
+    "novel",
+    "bicycle",
+    "telescope",
+    "podcast",
+    "orchard",
+    "studio",
+    "trailer",
+    "workshop",
+    "canoe",
+    "piano",
+    "vineyard",
+    "gallery",
+    "cabin",
+    "festival",
+    "quilt",
+    "mural",
+    "greenhouse",
+    "drone",
+    "aquarium",
+    "library",
+    "sculpture",
+    "tent",
+    "lantern",
+    "pottery",
+    "chess club",
+    "choir",
 ];
 
 fn arg(name: &str, default: &str) -> String {
@@ -45,7 +73,9 @@ fn arg(name: &str, default: &str) -> String {
 /// The `i`th name never used before: "Amara's garden 12" style names would be ids to the
 /// guard; these are "<first> <thing> <round>" in words.
 fn name(i: usize) -> String {
-    let round = ["north", "south", "east", "west", "upper", "lower", "old", "new", "little", "grand"];
+    let round = [
+        "north", "south", "east", "west", "upper", "lower", "old", "new", "little", "grand",
+    ];
     let f = FIRST[i % FIRST.len()];
     let t = THINGS[(i / FIRST.len()) % THINGS.len()];
     let r = i / (FIRST.len() * THINGS.len());
@@ -99,7 +129,10 @@ fn graph_time(engine: &Engine) -> (u64, f64) {
 }
 
 fn main() {
-    let sizes: Vec<usize> = arg("--sizes", "1000,5000,10000").split(',').map(|s| s.parse().unwrap()).collect();
+    let sizes: Vec<usize> = arg("--sizes", "1000,5000,10000")
+        .split(',')
+        .map(|s| s.parse().unwrap())
+        .collect();
     let per_note: usize = arg("--facts", "50").parse().unwrap();
     let model_dir = std::env::var_os("RECALLD_MODEL_DIR")
         .map(PathBuf::from)
@@ -131,7 +164,10 @@ fn main() {
         let (runs, secs) = graph_time(&engine);
         let (runs, secs) = (runs - runs0, secs - secs0);
         let entities = engine.export("g").unwrap()["entities"].as_array().unwrap().len();
-        eprintln!("entity index: {:?}", engine.entity_index("g").unwrap().map(|(ids, mark)| (ids.len(), mark)));
+        eprintln!(
+            "entity index: {:?}",
+            engine.entity_index("g").unwrap().map(|(ids, mark)| (ids.len(), mark))
+        );
         println!(
             "| {entities} | {runs} | {:.1} | {:.2} |",
             secs * 1000.0 / runs as f64,

@@ -408,8 +408,11 @@ fn names_are_resolved_through_the_entity_index_which_is_rebuilt_from_the_store()
 /// names it was asked about, one list per call (as a model judge would be asked).
 struct NamesJudge {
     inner: Arc<dyn Judge>,
-    asked: Arc<Mutex<Vec<Vec<(String, Vec<String>)>>>>,
+    asked: Asked,
 }
+
+/// Each call's pairs: the new name and the held entity's names.
+type Asked = Arc<Mutex<Vec<Vec<(String, Vec<String>)>>>>;
 
 impl Judge for NamesJudge {
     fn name(&self) -> String {
