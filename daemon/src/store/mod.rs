@@ -153,6 +153,9 @@ pub enum StoreError {
     CreateDir { path: PathBuf, source: std::io::Error },
     #[error("lmdb: {0}")]
     Lmdb(#[from] lmdb::Error),
+    /// LMDB reports a short write (the disk filled) as an I/O error; this says which it was.
+    #[error("no space left for the store at {path} ({free} bytes free); lmdb: {source}")]
+    DiskFull { path: PathBuf, free: u64, source: lmdb::Error },
     #[error(
         "the data at {path} has schema version {found}; this recalld reads up to {supported}: \
          run a newer recalld or point --data elsewhere"
@@ -268,6 +271,16 @@ impl Store {
             };
             match attempt {
                 Err(StoreError::Lmdb(lmdb::Error::MapFull)) => self.grow()?,
+                Err(StoreError::Lmdb(e @ lmdb::Error::Other(libc::EIO | libc::ENOSPC))) => {
+                    return Err(match free_bytes(&self.path) {
+                        Some(free) if free < DISK_FULL_BYTES => StoreError::DiskFull {
+                            path: self.path.clone(),
+                            free,
+                            source: e,
+                        },
+                        _ => StoreError::Lmdb(e),
+                    });
+                }
                 other => return other,
             }
         }
@@ -298,6 +311,22 @@ impl Store {
     pub fn map_size(&self) -> usize {
         self.env.info().map(|i| i.map_size()).unwrap_or(0)
     }
+}
+
+/// Free space below which a failed write is taken for a full disk (a write that did not fit
+/// leaves less than one large value's room).
+const DISK_FULL_BYTES: u64 = 16 << 20;
+
+/// Bytes an unprivileged writer may still use on the filesystem holding `path`.
+fn free_bytes(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` a valid out-pointer for the call.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
 fn check_key(key: &[u8]) -> Result<(), StoreError> {
@@ -705,6 +734,7 @@ mod tests {
         };
         assert!(written > 10, "{written} writes before the disk was full");
         eprintln!("disk full after {written} writes: {failure}");
+        assert!(matches!(failure, StoreError::DiskFull { .. }), "said as a full disk: {failure}");
         let rows: Vec<Row> = store
             .read(|r| (0..written).map(|n| r.get(Table::Messages, &keys::seq("m", n)).map(Option::unwrap)).collect())
             .unwrap();
