@@ -214,3 +214,27 @@ pub fn remove_tool_calls(v: &Value, name: &str) -> (Value, Vec<ToolCall>) {
     }
     (out, removed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_messages_reply_counts_cached_input_as_input() {
+        let reply = |usage: Value| {
+            json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
+                "content": [{"type": "text", "text": "Done."}], "stop_reason": "end_turn", "usage": usage})
+        };
+        let cached = parse_response(&reply(json!({"input_tokens": 12, "cache_creation_input_tokens": 300,
+            "cache_read_input_tokens": 4000, "output_tokens": 7})))
+        .unwrap();
+        assert_eq!(cached.format, Format::AnthropicMessages);
+        let usage = cached.usage.unwrap();
+        assert_eq!((usage.prompt_tokens, usage.completion_tokens), (4312, 7), "every input token the model read");
+        let plain = parse_response(&reply(json!({"input_tokens": 12, "output_tokens": 7}))).unwrap();
+        assert_eq!(plain.usage.unwrap().prompt_tokens, 12);
+        let none = parse_response(&reply(json!({"output_tokens": 7}))).unwrap();
+        assert!(none.usage.is_none(), "no input count: no usage to learn the ratio from");
+    }
+}
