@@ -301,6 +301,27 @@ def test_per_call_options_override_the_wrapper(daemon: Daemon, fake: FakeLLM, me
         client.chat.completions.create(model="m", messages=[], recalld={"memroy": "x"})
 
 
+def test_per_call_agent_user_ceiling_and_a_streamed_dry_run(daemon: Daemon, fake: FakeLLM, memory_id: str) -> None:
+    client = recalld.wrap(openai_client(fake), memory=memory_id, socket=daemon.socket, ceiling=CEILING)
+    first = [{"role": "user", "content": "one"}]
+    client.chat.completions.create(
+        model="m", messages=first, recalld={"agent": "support-bot", "user": "alex", "ceiling": 9000}
+    )
+    with recalld.Client(daemon.socket) as c:
+        export = c.export(memory_id)
+    record = export["record"]
+    assert (record["agent"], record["user"], record["ceiling"]) == ("support-bot", "alex", 9000), record
+    stored = len(export["messages"])
+    # A streamed dry run: the text reaches the caller, the model was called, nothing is stored.
+    history = first + [{"role": "assistant", "content": "noted"}, {"role": "user", "content": "two, dry"}]
+    chunks = list(client.chat.completions.create(model="m", messages=history, stream=True, recalld={"dry_run": True}))
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert text, chunks
+    assert len(fake.requests) == 2
+    with recalld.Client(daemon.socket) as c:
+        assert len(c.export(memory_id)["messages"]) == stored, "a dry run stores nothing"
+
+
 def test_recalld_errors_are_typed_not_model_errors(daemon: Daemon, fake: FakeLLM) -> None:
     client = recalld.wrap(openai_client(fake), memory="", socket=daemon.socket)
     with pytest.raises(recalld.InvalidArgumentError) as err:
