@@ -54,6 +54,34 @@ describe("wrap(anthropic)", { timeout: 300_000 }, () => {
     await checkConversation(fake, "/messages", turns, history.length + 1, from);
   });
 
+  test("stream deltas reach the caller one by one", async () => {
+    const memory = memoryId("messages-gate");
+    const client = wrap(anthropic(), { memory, socket: daemon.socket });
+    await fake.gateOn();
+    const stream = await client.messages.create({
+      model: "claude-test",
+      max_tokens: 300,
+      messages: [{ role: "user", content: "How is the build?" }],
+      stream: true,
+    });
+    const pieces: string[] = [];
+    for await (const e of stream) {
+      if (e.type === "content_block_delta" && e.delta.type === "text_delta") {
+        pieces.push(e.delta.text);
+        await fake.gatePut(); // the server sends the next delta only after this one arrived
+      }
+    }
+    await fake.gateOff();
+    assert.equal(await fake.gateTimeouts(), 0, "a delta was held until a later one was sent");
+    assert.ok(pieces.length > 5);
+    const c = await Client.connect(daemon.socket);
+    const exported = await c.export(memory);
+    await c.close();
+    const content = (exported.messages[exported.messages.length - 1] as any).message.content;
+    const reported = typeof content === "string" ? content : content.map((b: any) => b.text ?? "").join("");
+    assert.equal(reported, pieces.join(""), "the assembled reply was reported");
+  });
+
   test("the SDK's messages.stream() helper and tool use go through the wrapper", async () => {
     const memory = memoryId("messages-tools");
     const client = wrap(anthropic(), { memory, socket: daemon.socket });
