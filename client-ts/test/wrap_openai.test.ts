@@ -196,6 +196,28 @@ describe("wrap(openai)", { timeout: 300_000 }, () => {
     assert.throws(() => ask("x", { memroy: "y" }), /unknown recalld option/);
   });
 
+  test("per-call agent, user and ceiling reach the memory; a streamed dry run stores nothing", async () => {
+    const memory = memoryId("opts-scope");
+    const client = wrap(openai(), { memory, socket: daemon.socket, ceiling: CEILING });
+    const first = [{ role: "user" as const, content: "one" }];
+    await client.chat.completions.create(
+      withMemory({ model: "m", messages: first }, { agent: "support-bot", user: "alex", ceiling: 9000 }),
+    );
+    const c = await Client.connect(daemon.socket);
+    const before = (await c.export(memory)) as any;
+    assert.deepEqual([before.record.agent, before.record.user, before.record.ceiling], ["support-bot", "alex", 9000]);
+    const history = [...first, { role: "assistant" as const, content: "noted" }, { role: "user" as const, content: "two, dry" }];
+    const stream = await client.chat.completions.create(
+      withMemory({ model: "m", messages: history, stream: true as const }, { dryRun: true }),
+    );
+    let text = "";
+    for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? "";
+    assert.ok(text.length > 0, "the streamed text reached the caller");
+    const after = (await c.export(memory)) as any;
+    await c.close();
+    assert.equal(after.messages.length, before.messages.length, "a dry run stores nothing");
+  });
+
   test("recalld errors are typed, model errors stay the SDK's", async () => {
     const before = (await fake.requests()).length;
     const bad = wrap(openai(), { memory: "", socket: daemon.socket });
