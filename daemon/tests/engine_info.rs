@@ -63,11 +63,14 @@ fn info_lists_the_episodes_in_view_and_only_the_latest_out_of_it() {
     let info = decorate(160, now);
     let all = engine.export("i").unwrap()["episodes"].as_array().unwrap().clone();
     let in_view = |state: &Value| state == "live" || state == "leaving";
-    let past: Vec<u64> = all
-        .iter()
-        .filter(|e| !in_view(&e["state"]))
-        .map(|e| e["n"].as_u64().unwrap())
-        .collect();
+    let out_of_view = |episodes: &[Value]| -> Vec<u64> {
+        episodes
+            .iter()
+            .filter(|e| !in_view(&e["state"]))
+            .map(|e| e["n"].as_u64().unwrap())
+            .collect()
+    };
+    let past = out_of_view(&all);
     assert!(
         past.len() > INFO_PAST_EPISODES + 10,
         "the conversation left {} episodes out of view",
@@ -76,11 +79,7 @@ fn info_lists_the_episodes_in_view_and_only_the_latest_out_of_it() {
 
     let listed = info["episodes"].as_array().unwrap();
     let listed_ns: Vec<u64> = listed.iter().map(|e| e["n"].as_u64().unwrap()).collect();
-    let listed_past: Vec<u64> = listed
-        .iter()
-        .filter(|e| !in_view(&e["state"]))
-        .map(|e| e["n"].as_u64().unwrap())
-        .collect();
+    let listed_past = out_of_view(listed);
     assert_eq!(
         listed_past,
         past[past.len() - INFO_PAST_EPISODES..],

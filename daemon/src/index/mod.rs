@@ -7,8 +7,9 @@
 //!
 //! Layout under the data dir: `index/<memory dir>/words/` (a tantivy index),
 //! `index/<memory dir>/vectors.usearch` + `vectors.keys` (facts and passages, for recall) and
-//! `entities.usearch` + `entities.keys` (the graph's entities, for resolving a new name). The memory dir is a hash of the memory
-//! id (ids may hold any UTF-8 and be 256 bytes long), with the id itself written in `memory.id`.
+//! `entities.usearch` + `entities.keys` (the graph's entities, for resolving a new name). The
+//! memory dir is a hash of the memory id (ids may hold any UTF-8 and be 256 bytes long), with
+//! the id itself written in `memory.id`.
 //!
 //! Why one index per memory rather than one shared index with a memory field: BM25's statistics
 //! (document frequencies, average length) are then the memory's own, so one memory's documents
