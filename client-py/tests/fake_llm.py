@@ -3,7 +3,9 @@ Anthropic Messages API, with a scripted model, for the SDK wrapper tests.
 
 The model (`ScriptedModel`) answers from what the request holds: when the request offers the
 note tool it answers with a note call only; when the last user message starts with `run:` it
-calls the `shell` tool; otherwise it answers in text. Replies are sent as JSON or, for
+calls the `shell` tool; otherwise it answers in text, or, when the request asks for structured
+output (a JSON schema in `response_format` or `text.format`), in a JSON object of that schema
+whose string fields hold the answer (`structured_answer`). Replies are sent as JSON or, for
 `stream: true`, as server-sent events in each API's own event shapes. Every request body is
 kept in `requests` so tests can see what reached the model.
 
@@ -94,7 +96,7 @@ class ScriptedModel:
             }
             call = (f"call_note_{self.notes_written}", NOTE_TOOL, json.dumps(args))
             if self.note_with_text:
-                return Reply(text=self.answer(), calls=[call])
+                return Reply(text=self.text_answer(path, body), calls=[call])
             return Reply(calls=[call])
         if last_user.startswith("run:") and not texts[-1][0] in ("tool", "function_call_output") and texts[-1][1]:
             # Call the first tool offered with the rest of the message as its first parameter.
@@ -104,11 +106,34 @@ class ScriptedModel:
             name = tool_names(path, {"tools": [tool]})[0]
             args = json.dumps({param: last_user[len("run:") :].strip()})
             return Reply(calls=[(f"call_{name}_{len(texts)}", name, args)])
-        return Reply(text=self.answer())
+        return Reply(text=self.text_answer(path, body))
+
+    def text_answer(self, path: str, body: Dict[str, Any]) -> str:
+        schema = output_schema(path, body)
+        return self.answer() if schema is None else json.dumps(structured_answer(schema, self.answer()))
 
     def answer(self) -> str:
         self.answers += 1
         return f"Answer {self.answers}: the build is green and the release notes are drafted for review."
+
+
+def output_schema(path: str, body: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The JSON schema a request asks the answer to follow, if any."""
+    if path.endswith("/chat/completions"):
+        fmt = body.get("response_format") or {}
+        if fmt.get("type") == "json_schema":
+            return (fmt.get("json_schema") or {}).get("schema") or {}
+    elif path.endswith("/responses"):
+        fmt = (body.get("text") or {}).get("format") or {}
+        if fmt.get("type") == "json_schema":
+            return fmt.get("schema") or {}
+    return None
+
+
+def structured_answer(schema: Dict[str, Any], text: str) -> Dict[str, Any]:
+    """An object of a flat schema: strings hold `text`, integers 42, booleans true."""
+    filler = {"string": text, "integer": 42, "number": 0.5, "boolean": True, "array": [], "object": {}}
+    return {name: filler.get(prop.get("type")) for name, prop in (schema.get("properties") or {}).items()}
 
 
 def _chunks(text: str) -> List[str]:

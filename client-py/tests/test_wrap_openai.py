@@ -13,6 +13,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response
+from pydantic import BaseModel
 
 import recalld
 from conftest import Daemon
@@ -371,3 +372,93 @@ def test_responses_stream_helper_goes_through_the_wrapper(daemon: Daemon, fake: 
         final = stream.get_final_response()
     assert final.output_text.startswith("Answer")
     assert len(recalld.Client(daemon.socket).export(memory_id)["messages"]) == 2
+
+
+class BuildStatus(BaseModel):
+    """The structured output the `.parse()` tests ask for (the fake fills it in, fake_llm.py)."""
+
+    summary: str
+    green: bool
+    passed: int
+
+
+def stored_reply(daemon: Daemon, memory_id: str) -> str:
+    """The text of the last reply the daemon stored for the memory (the note call is stored
+    as a message of its own, marked `note`)."""
+    with recalld.Client(daemon.socket) as c:
+        stored = [m for m in c.export(memory_id)["messages"] if not m["note"]]
+    content = stored[-1]["message"]["content"]
+    return content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
+
+
+@pytest.mark.parametrize("note_with_text", [False, True], ids=["note-alone", "note-with-text"])
+def test_chat_parse_returns_the_model_and_stores_the_reply(
+    daemon: Daemon, fake: FakeLLM, memory_id: str, note_with_text: bool, recwarn: Any
+) -> None:
+    """`.parse(response_format=Model)` over a conversation that reaches the note ask: every
+    reply is parsed into the model and stored. A note-only first reply is not parsed: the second
+    call's reply is; a note alongside the answer is cut out and the parsed model kept."""
+    fake.model.note_with_text = note_with_text
+    client = recalld.wrap(openai_client(fake), memory=memory_id, socket=daemon.socket, ceiling=CEILING)
+    history: List[Dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+    lengths = []
+    note_turns = []
+    for i in range(14):
+        history.append({"role": "user", "content": user_text(i)})
+        sent = len(fake.requests)
+        reply = client.chat.completions.parse(
+            model="gpt-4o-mini", messages=history, response_format=BuildStatus, recalld={"now": T0 + 60 * i}
+        )
+        message = reply.choices[0].message
+        assert isinstance(message.parsed, BuildStatus), message
+        assert message.parsed == BuildStatus.model_validate_json(message.content or "")
+        assert message.parsed.summary.startswith("Answer") and message.parsed.passed == 42
+        assert not message.tool_calls, "the note call never reaches the caller"
+        bodies = fake.bodies()[sent:]
+        if any(has_note(b) for b in bodies):
+            note_turns.append(i)
+            assert reply.id == f"chatcmpl-{len(fake.requests)}", "the last call's reply is the one parsed"
+        assert stored_reply(daemon, memory_id) == message.content, "the reply was reported"
+        history.append({"role": "assistant", "content": message.content})
+        lengths.append(len(history))
+    assert note_turns, "the conversation never reached the note ask"
+    assert all(b["response_format"]["type"] == "json_schema" for b in fake.bodies()), "every call asked for the schema"
+    if note_with_text:
+        assert len(fake.requests) == 14, "a reply holding more than the note: no second call"
+    else:
+        check_conversation(fake, "/chat/completions", 14, lengths)
+    assert not [w for w in recwarn if "serializ" in str(w.message)], "no pydantic warnings for the caller"
+
+
+@pytest.mark.parametrize("note_with_text", [False, True], ids=["note-alone", "note-with-text"])
+def test_responses_parse_returns_the_model_and_stores_the_reply(
+    daemon: Daemon, fake: FakeLLM, memory_id: str, note_with_text: bool
+) -> None:
+    """`responses.parse(text_format=Model)`: as the Chat Completions test, with `.output_parsed`."""
+    fake.model.note_with_text = note_with_text
+    client = recalld.wrap(openai_client(fake), memory=memory_id, socket=daemon.socket, ceiling=CEILING)
+    items: List[Dict[str, Any]] = []
+    lengths = []
+    note_turns = []
+    for i in range(14):
+        items.append({"role": "user", "content": user_text(i)})
+        sent = len(fake.requests)
+        reply = client.responses.parse(
+            model="gpt-4o-mini", instructions=SYSTEM, input=items, text_format=BuildStatus, recalld={"now": T0 + 60 * i}
+        )
+        assert isinstance(reply.output_parsed, BuildStatus), reply
+        assert reply.output_parsed == BuildStatus.model_validate_json(reply.output_text)
+        assert reply.output_parsed.summary.startswith("Answer") and reply.output_parsed.passed == 42
+        assert all(o.type == "message" for o in reply.output), "the note call never reaches the caller"
+        if any(has_note(b) for b in fake.bodies()[sent:]):
+            note_turns.append(i)
+            assert reply.id == f"resp_{len(fake.requests)}", "the last call's reply is the one parsed"
+        assert stored_reply(daemon, memory_id) == reply.output_text, "the reply was reported"
+        items.append({"role": "assistant", "content": reply.output_text})
+        lengths.append(len(items) + 1)
+    assert note_turns, "the conversation never reached the note ask"
+    assert all(b["text"]["format"]["type"] == "json_schema" for b in fake.bodies()), "every call asked for the schema"
+    if note_with_text:
+        assert len(fake.requests) == 14, "a reply holding more than the note: no second call"
+    else:
+        check_conversation(fake, "/responses", 14, lengths)

@@ -177,7 +177,21 @@ class Responses:
     def rebuild(self, reply: Any, dumped: Dict[str, Any], response: Dict[str, Any]) -> Any:
         if response == dumped:
             return reply
-        return rebuild_like(reply, response)
+        new = rebuild_like(reply, response)
+        # `.parse()` replies carry parsed objects the dict cannot restore: keep the originals
+        # (by message id; the note call cut out of the output is never a message).
+        parsed = {
+            (item.id, i): part.parsed
+            for item in getattr(reply, "output", None) or []
+            if getattr(item, "type", None) == "message"
+            for i, part in enumerate(item.content)
+            if getattr(part, "parsed", None) is not None
+        }
+        for item in getattr(new, "output", None) or []:
+            for i, part in enumerate(getattr(item, "content", None) or []):
+                if (getattr(item, "id", None), i) in parsed:
+                    part.parsed = parsed[(item.id, i)]
+        return new
 
     def stream_filter(self, note: Optional[str]) -> "ResponsesStreamFilter":
         return ResponsesStreamFilter(note)

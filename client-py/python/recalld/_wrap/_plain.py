@@ -43,14 +43,17 @@ def split_call(kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
 
 
 def dump(obj: Any) -> Dict[str, Any]:
-    """An SDK reply or event as the JSON the API sent."""
+    """An SDK reply or event as the JSON the API sent. (Without serializer warnings: a
+    `.parse()` reply's type declares its parsed fields `None` and holds the parsed object.)"""
     if isinstance(obj, dict):
         return obj
-    return obj.model_dump(mode="json", exclude_unset=True)
+    return obj.model_dump(mode="json", exclude_unset=True, warnings=False)
 
 
 def rebuild_like(obj: Any, data: Dict[str, Any]) -> Any:
-    """`data` as an object of `obj`'s SDK type."""
+    """`data` as an object of `obj`'s SDK type, built as the SDK builds replies: without
+    validation (the SDKs' `construct` is recursive), so a reply the SDK took is never refused
+    here, and a `.parse()` reply's type (`ParsedChatCompletion[~T]`) takes its parsed fields."""
     if isinstance(obj, dict):
         return data
-    return type(obj).model_validate(data)
+    return type(obj).construct(**data)
