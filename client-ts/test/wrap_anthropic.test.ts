@@ -9,7 +9,7 @@ import Anthropic from "@anthropic-ai/sdk";
 import { Client, withMemory, wrap } from "../src/index.js";
 import { startFakeLLM, type FakeLLM } from "./fake_llm.js";
 import { memoryId, startDaemon, type Daemon } from "./support.js";
-import { CEILING, SYSTEM, T0, checkConversation, userText } from "./conversation.js";
+import { CEILING, SYSTEM, T0, checkConversation, factsBlock, hasNote, userText } from "./conversation.js";
 
 describe("wrap(anthropic)", { timeout: 300_000 }, () => {
   let daemon: Daemon;
@@ -80,6 +80,58 @@ describe("wrap(anthropic)", { timeout: 300_000 }, () => {
     const content = (exported.messages[exported.messages.length - 1] as any).message.content;
     const reported = typeof content === "string" ? content : content.map((b: any) => b.text ?? "").join("");
     assert.equal(reported, pieces.join(""), "the assembled reply was reported");
+  });
+
+  test("stream: a note-only turn is held back, the second call is streamed delta by delta, the facts follow", async () => {
+    const memory = memoryId("messages-note-stream");
+    const client = wrap(anthropic(), { memory, socket: daemon.socket, ceiling: CEILING });
+    const history: Anthropic.MessageParam[] = [];
+    let noteTurn: number | undefined;
+    for (let i = 0; i < 14; i++) {
+      history.push({ role: "user", content: userText(i) });
+      const sent = (await fake.requests()).length;
+      const timeouts = await fake.gateTimeouts();
+      await fake.gateOn(); // a fresh gate each turn: gateOff drops the last delta's token
+      const body = { model: "claude-test", max_tokens: 300, system: SYSTEM, messages: history, stream: true as const };
+      const stream = await client.messages.create(withMemory(body, { now: T0 + 60 * i }));
+      const events: any[] = [];
+      for await (const e of stream) {
+        events.push(e);
+        if (e.type === "content_block_delta" && e.delta.type === "text_delta") await fake.gatePut();
+      }
+      await fake.gateOff();
+      const text = events
+        .filter((e) => e.type === "content_block_delta" && e.delta.type === "text_delta")
+        .map((e) => e.delta.text)
+        .join("");
+      assert.match(text, /^Answer/);
+      history.push({ role: "assistant", content: text });
+      const requests = await fake.requests();
+      const bodies = requests.slice(sent).map(([, b]) => b);
+      if (noteTurn !== undefined) {
+        assert.match(factsBlock("/messages", bodies[0]!), /Fact \d+: the deploy key rotates every Friday/);
+        break;
+      }
+      if (!hasNote(bodies[0]!)) {
+        assert.equal(bodies.length, 1);
+        continue;
+      }
+      noteTurn = i;
+      assert.equal(bodies.length, 2, "a note-only reply: a second call");
+      assert.ok(!hasNote(bodies[1]!), "the second call carries no ask");
+      const starts = events.filter((e) => e.type === "message_start").map((e) => e.message.id);
+      assert.deepEqual(starts, [`msg_${requests.length}`], "the caller sees the second call's stream only");
+      assert.ok(!events.some((e) => e.type === "content_block_start" && e.content_block.type === "tool_use"), "no note shown");
+      assert.ok(!events.some((e) => e.type === "content_block_delta" && e.delta.type === "input_json_delta"), "no note deltas");
+      assert.deepEqual(events.filter((e) => e.type === "message_delta").map((e) => e.delta.stop_reason), ["end_turn"]);
+      assert.deepEqual([...new Set(events.filter((e) => "index" in e).map((e) => e.index))], [0]);
+      assert.equal(await fake.gateTimeouts(), timeouts, "the second call was streamed delta by delta");
+    }
+    assert.ok(noteTurn !== undefined, "the conversation never reached the note ask");
+    const c = await Client.connect(daemon.socket);
+    const facts = (await c.export(memory)).facts as any[];
+    await c.close();
+    assert.ok(facts.some((f) => /^Fact \d+: the deploy key/.test(f.note)), "the note's facts reached the daemon");
   });
 
   test("the SDK's messages.stream() helper and tool use go through the wrapper", async () => {

@@ -7,9 +7,17 @@ import { after, before, describe, test } from "node:test";
 import OpenAI from "openai";
 
 import { Client, ConnectionError, RecalldError, withMemory, wrap } from "../src/index.js";
-import { CEILING, SYSTEM, T0, checkConversation, userText } from "./conversation.js";
+import { CEILING, SYSTEM, T0, checkConversation, factsBlock, hasNote, storedReply, userText } from "./conversation.js";
 import { NOTE_TOOL, startFakeLLM, toolNames, type FakeLLM } from "./fake_llm.js";
 import { memoryId, startDaemon, type Daemon } from "./support.js";
+
+/** The structured output the parse tests ask for (the fake fills it in, fake_llm.py). */
+const BUILD_STATUS = {
+  type: "object",
+  properties: { summary: { type: "string" }, green: { type: "boolean" }, passed: { type: "integer" } },
+  required: ["summary", "green", "passed"],
+  additionalProperties: false,
+};
 
 describe("wrap(openai)", { timeout: 300_000 }, () => {
   let daemon: Daemon;
@@ -145,6 +153,91 @@ describe("wrap(openai)", { timeout: 300_000 }, () => {
     await c.close();
   });
 
+  for (const noteWithText of [false, true]) {
+    const how = noteWithText ? "a note alongside the answer is cut out" : "after a note-only reply the second call is parsed";
+    test(`chat parse: a json_schema reply is parsed and stored; ${how}`, async () => {
+      const from = (await fake.requests()).length;
+      await fake.config({ note_with_text: noteWithText });
+      try {
+        const memory = memoryId("chat-parse");
+        const client = wrap(openai(), { memory, socket: daemon.socket, ceiling: CEILING });
+        const response_format = {
+          type: "json_schema" as const,
+          json_schema: { name: "build_status", strict: true, schema: BUILD_STATUS },
+        };
+        const history: any[] = [{ role: "system", content: SYSTEM }];
+        let noteTurns = 0;
+        for (let i = 0; i < 14; i++) {
+          history.push({ role: "user", content: userText(i) });
+          const sent = (await fake.requests()).length;
+          const reply = await client.chat.completions.parse(
+            withMemory({ model: "gpt-4o-mini", messages: history, response_format }, { now: T0 + 60 * i }),
+          );
+          const message = reply.choices[0]!.message;
+          const parsed = message.parsed as any;
+          assert.ok(parsed, "the reply was parsed");
+          assert.deepEqual(parsed, JSON.parse(message.content ?? ""));
+          assert.match(parsed.summary, /^Answer/);
+          assert.equal(parsed.passed, 42);
+          assert.ok(!message.tool_calls?.length, "the note call never reaches the caller");
+          const requests = await fake.requests();
+          if (requests.slice(sent).some(([, b]) => hasNote(b))) {
+            noteTurns++;
+            assert.equal(reply.id, `chatcmpl-${requests.length}`, "the last call's reply is the one parsed");
+          }
+          assert.equal(await storedReply(daemon.socket, memory), message.content, "the reply was reported");
+          history.push({ role: "assistant", content: message.content });
+        }
+        assert.ok(noteTurns > 0, "the conversation never reached the note ask");
+        const bodies = (await fake.requests()).slice(from).map(([, b]) => b);
+        assert.ok(bodies.every((b) => b["response_format"]?.type === "json_schema"), "every call asked for the schema");
+        if (noteWithText) assert.equal(bodies.length, 14, "a reply holding more than the note: no second call");
+        else await checkConversation(fake, "/chat/completions", 14, history.length, from);
+      } finally {
+        await fake.config({ note_with_text: false });
+      }
+    });
+
+    test(`responses parse: a json_schema reply is parsed into output_parsed and stored; ${how}`, async () => {
+      const from = (await fake.requests()).length;
+      await fake.config({ note_with_text: noteWithText });
+      try {
+        const memory = memoryId("responses-parse");
+        const client = wrap(openai(), { memory, socket: daemon.socket, ceiling: CEILING });
+        const text = { format: { type: "json_schema" as const, name: "build_status", strict: true, schema: BUILD_STATUS } };
+        const items: any[] = [];
+        let noteTurns = 0;
+        for (let i = 0; i < 14; i++) {
+          items.push({ role: "user", content: userText(i) });
+          const sent = (await fake.requests()).length;
+          const reply = await client.responses.parse(
+            withMemory({ model: "gpt-4o-mini", instructions: SYSTEM, input: items, text }, { now: T0 + 60 * i }),
+          );
+          const parsed = reply.output_parsed as any;
+          assert.ok(parsed, "the reply was parsed");
+          assert.deepEqual(parsed, JSON.parse(reply.output_text));
+          assert.match(parsed.summary, /^Answer/);
+          assert.equal(parsed.passed, 42);
+          assert.ok(reply.output.every((o) => o.type === "message"), "the note call never reaches the caller");
+          const requests = await fake.requests();
+          if (requests.slice(sent).some(([, b]) => hasNote(b))) {
+            noteTurns++;
+            assert.equal(reply.id, `resp_${requests.length}`, "the last call's reply is the one parsed");
+          }
+          assert.equal(await storedReply(daemon.socket, memory), reply.output_text, "the reply was reported");
+          items.push({ role: "assistant", content: reply.output_text });
+        }
+        assert.ok(noteTurns > 0, "the conversation never reached the note ask");
+        const bodies = (await fake.requests()).slice(from).map(([, b]) => b);
+        assert.ok(bodies.every((b) => b["text"]?.format?.type === "json_schema"), "every call asked for the schema");
+        if (noteWithText) assert.equal(bodies.length, 14, "a reply holding more than the note: no second call");
+        else await checkConversation(fake, "/responses", 14, items.length + 1, from);
+      } finally {
+        await fake.config({ note_with_text: false });
+      }
+    });
+  }
+
   test("responses: conversation and stream", async () => {
     const from = (await fake.requests()).length;
     const client = wrap(openai(), { memory: memoryId("responses"), socket: daemon.socket, ceiling: CEILING });
@@ -174,6 +267,84 @@ describe("wrap(openai)", { timeout: 300_000 }, () => {
       items.push({ role: "assistant", content: text });
     }
     await checkConversation(fake, "/responses", turns, items.length + 1, from);
+  });
+
+  test("responses stream: events reach the caller one by one and the assembled reply is reported", async () => {
+    const memory = memoryId("responses-gate");
+    const client = wrap(openai(), { memory, socket: daemon.socket });
+    const timeouts = await fake.gateTimeouts();
+    await fake.gateOn();
+    const stream = await client.responses.create({ model: "gpt-4o-mini", input: "How is the build?", stream: true });
+    const pieces: string[] = [];
+    const events: any[] = [];
+    for await (const e of stream) {
+      events.push(e);
+      if (e.type === "response.output_text.delta") {
+        pieces.push(e.delta);
+        await fake.gatePut(); // the server sends the next delta only after this one arrived
+      }
+    }
+    await fake.gateOff();
+    assert.equal(await fake.gateTimeouts(), timeouts, "an event was held until a later one was sent");
+    assert.ok(pieces.length > 5);
+    const done = events[events.length - 1];
+    assert.equal(done.type, "response.completed");
+    assert.equal(done.response.output[0].content[0].text, pieces.join(""));
+    assert.equal(await storedReply(daemon.socket, memory), pieces.join(""), "the assembled reply was reported");
+  });
+
+  test("responses stream: a note-only turn is held back, the second call is streamed delta by delta, the facts follow", async () => {
+    const memory = memoryId("responses-note-stream");
+    const client = wrap(openai(), { memory, socket: daemon.socket, ceiling: CEILING });
+    const items: any[] = [];
+    let noteTurn: number | undefined;
+    for (let i = 0; i < 14; i++) {
+      items.push({ role: "user", content: userText(i) });
+      const sent = (await fake.requests()).length;
+      const timeouts = await fake.gateTimeouts();
+      await fake.gateOn(); // a fresh gate each turn: gateOff drops the last delta's token
+      const stream = await client.responses.create(
+        withMemory({ model: "m", instructions: SYSTEM, input: items, stream: true as const }, { now: T0 + 60 * i }),
+      );
+      const events: any[] = [];
+      for await (const e of stream) {
+        events.push(e);
+        if (e.type === "response.output_text.delta") await fake.gatePut();
+      }
+      await fake.gateOff();
+      const text = events.filter((e) => e.type === "response.output_text.delta").map((e) => e.delta).join("");
+      assert.match(text, /^Answer/);
+      items.push({ role: "assistant", content: text });
+      const requests = await fake.requests();
+      const bodies = requests.slice(sent).map(([, b]) => b);
+      if (noteTurn !== undefined) {
+        assert.match(factsBlock("/responses", bodies[0]!), /Fact \d+: the deploy key rotates every Friday/);
+        break;
+      }
+      if (!hasNote(bodies[0]!)) {
+        assert.equal(bodies.length, 1);
+        continue;
+      }
+      noteTurn = i;
+      assert.equal(bodies.length, 2, "a note-only reply: a second call");
+      assert.ok(!hasNote(bodies[1]!), "the second call carries no ask");
+      const created = events.filter((e) => e.type === "response.created").map((e) => e.response.id);
+      assert.deepEqual(created, [`resp_${requests.length}`], "the caller sees the second call's stream only");
+      assert.ok(
+        !events.some((e) => e.item?.type === "function_call" || e.type.startsWith("response.function_call_arguments")),
+        "no note events shown",
+      );
+      assert.deepEqual([...new Set(events.filter((e) => "output_index" in e).map((e) => e.output_index))], [0]);
+      const done = events[events.length - 1];
+      assert.equal(done.type, "response.completed");
+      assert.ok(done.response.output.every((o: any) => o.type === "message"));
+      assert.equal(await fake.gateTimeouts(), timeouts, "the second call was streamed delta by delta");
+    }
+    assert.ok(noteTurn !== undefined, "the conversation never reached the note ask");
+    const c = await Client.connect(daemon.socket);
+    const facts = (await c.export(memory)).facts as any[];
+    await c.close();
+    assert.ok(facts.some((f) => /^Fact \d+: the deploy key/.test(f.note)), "the note's facts reached the daemon");
   });
 
   test("per-call options override the wrapper's", async () => {
