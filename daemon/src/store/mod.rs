@@ -17,7 +17,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 /// The on-disk schema this build writes. A store written by a newer schema is refused.
-pub const SCHEMA_VERSION: u32 = 1;
+/// 2: values of [`COMPRESS_FROM`] bytes or more may be stored compressed ([`encode`]). A
+/// version-1 store is read as it is and marked 2 when opened (an older recalld then refuses it
+/// instead of failing on its first compressed value).
+pub const SCHEMA_VERSION: u32 = 2;
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
 /// Named tables. Keys are built by [`keys`]; values are MessagePack maps.
@@ -239,8 +242,8 @@ impl Store {
                 found: v,
                 supported: SCHEMA_VERSION,
             }),
-            Some(_) => Ok(()),
-            None => self.write(|w| w.put(Table::Meta, SCHEMA_KEY, &SCHEMA_VERSION)),
+            Some(SCHEMA_VERSION) => Ok(()),
+            Some(_) | None => self.write(|w| w.put(Table::Meta, SCHEMA_KEY, &SCHEMA_VERSION)),
         }
     }
 
@@ -336,11 +339,42 @@ fn check_key(key: &[u8]) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn decode<V: DeserializeOwned>(table: Table, bytes: &[u8]) -> Result<V, StoreError> {
-    rmp_serde::from_slice(bytes).map_err(|e| StoreError::Decode {
+/// Values at least this large are stored compressed when that saves space: stored messages
+/// hold their text twice (as read and as sent), and recall blocks and tool outputs are prose;
+/// LMDB also gives a value over about half a page whole pages of its own.
+const COMPRESS_FROM: usize = 512;
+/// The first byte of a compressed value: 0xc1 is the one byte MessagePack never uses, so a
+/// plain value can never be mistaken for a compressed one.
+const COMPRESSED: u8 = 0xc1;
+
+/// A value as stored: MessagePack with field names, LZ4-compressed behind [`COMPRESSED`] when
+/// it is large and compresses.
+fn encode<V: Serialize + ?Sized>(table: Table, value: &V) -> Result<Vec<u8>, StoreError> {
+    let bytes = rmp_serde::to_vec_named(value).map_err(|e| StoreError::Encode {
         table: table.name(),
         message: e.to_string(),
-    })
+    })?;
+    if bytes.len() < COMPRESS_FROM {
+        return Ok(bytes);
+    }
+    let mut packed = Vec::with_capacity(bytes.len() / 2);
+    packed.push(COMPRESSED);
+    packed.extend_from_slice(&lz4_flex::compress_prepend_size(&bytes));
+    Ok(if packed.len() < bytes.len() { packed } else { bytes })
+}
+
+fn decode<V: DeserializeOwned>(table: Table, bytes: &[u8]) -> Result<V, StoreError> {
+    let error = |message: String| StoreError::Decode {
+        table: table.name(),
+        message,
+    };
+    match bytes.split_first() {
+        Some((&COMPRESSED, packed)) => {
+            let plain = lz4_flex::decompress_size_prepended(packed).map_err(|e| error(e.to_string()))?;
+            rmp_serde::from_slice(&plain).map_err(|e| error(e.to_string()))
+        }
+        _ => rmp_serde::from_slice(bytes).map_err(|e| error(e.to_string())),
+    }
 }
 
 fn get_in<V: DeserializeOwned>(
@@ -541,10 +575,7 @@ impl Writer<'_> {
 
     pub fn put<V: Serialize + ?Sized>(&mut self, table: Table, key: &[u8], value: &V) -> Result<(), StoreError> {
         check_key(key)?;
-        let bytes = rmp_serde::to_vec_named(value).map_err(|e| StoreError::Encode {
-            table: table.name(),
-            message: e.to_string(),
-        })?;
+        let bytes = encode(table, value)?;
         self.txn.put(self.store.db(table), &key, &bytes, WriteFlags::empty())?;
         Ok(())
     }
@@ -610,7 +641,7 @@ mod tests {
         store
             .write(|w| {
                 for n in 0..300u64 {
-                    let row = Row { n, text: "x".repeat(3000) }; // overflow pages
+                    let row = Row { n, text: noise(n, 3000) }; // overflow pages
                     w.put(Table::Messages, &keys::seq(if n % 3 == 0 { "a" } else { "b" }, n), &row)?;
                 }
                 Ok(())
@@ -682,10 +713,9 @@ mod tests {
     fn map_full_grows_and_keeps_every_write() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), &StoreOptions { map_size: 256 * 1024 }).unwrap();
-        let text = "x".repeat(4000);
         for n in 0..400u64 {
             store
-                .write(|w| w.put(Table::Messages, &keys::seq("m", n), &Row { n, text: text.clone() }))
+                .write(|w| w.put(Table::Messages, &keys::seq("m", n), &Row { n, text: noise(n, 4000) }))
                 .unwrap();
         }
         assert!(store.map_size() > 256 * 1024, "map never grew");
@@ -722,11 +752,10 @@ mod tests {
         // A filler to free later, so the same store can be shown to write again.
         std::fs::write(dir.path().join("filler"), vec![0u8; 512 * 1024]).unwrap();
         let store = Store::open(&data, &StoreOptions { map_size: 256 * 1024 }).unwrap();
-        let text = "x".repeat(16_000);
         let mut written = 0u64;
         let failure = loop {
             let n = written;
-            match store.write(|w| w.put(Table::Messages, &keys::seq("m", n), &Row { n, text: text.clone() })) {
+            match store.write(|w| w.put(Table::Messages, &keys::seq("m", n), &Row { n, text: noise(n, 16_000) })) {
                 Ok(()) => written += 1,
                 Err(e) => break e,
             }
@@ -738,7 +767,7 @@ mod tests {
         let rows: Vec<Row> = store
             .read(|r| (0..written).map(|n| r.get(Table::Messages, &keys::seq("m", n)).map(Option::unwrap)).collect())
             .unwrap();
-        assert!(rows.iter().enumerate().all(|(n, r)| r.n == n as u64 && r.text == text), "an earlier write came back changed");
+        assert!(rows.iter().enumerate().all(|(n, r)| r.n == n as u64 && r.text == noise(n as u64, 16_000)), "an earlier write came back changed");
         std::fs::remove_file(dir.path().join("filler")).unwrap();
         store
             .write(|w| w.put(Table::Messages, &keys::seq("m", written), &Row { n: written, text: "after".into() }))
@@ -833,5 +862,79 @@ mod tests {
                 text: "kept".into()
             })
         );
+    }
+
+    /// Text that does not compress (so a test's values take the room their length says).
+    fn noise(seed: u64, len: usize) -> String {
+        const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                ALPHABET[(x % 64) as usize] as char
+            })
+            .collect()
+    }
+
+    /// The bytes LMDB holds for a key (what `put` wrote, before decoding).
+    fn stored_bytes(store: &Store, table: Table, key: &[u8]) -> Vec<u8> {
+        let txn = store.env.begin_ro_txn().unwrap();
+        txn.get(store.db(table), &key).unwrap().to_vec()
+    }
+
+    #[test]
+    fn large_values_are_stored_compressed_and_read_back_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        let large = Row {
+            n: 1,
+            text: "the tool printed the same line again\n".repeat(100),
+        };
+        let small = Row {
+            n: 2,
+            text: "short".into(),
+        };
+        store
+            .write(|w| {
+                w.put(Table::Memories, &keys::memory("large"), &large)?;
+                w.put(Table::Memories, &keys::memory("small"), &small)
+            })
+            .unwrap();
+        let plain = rmp_serde::to_vec_named(&large).unwrap();
+        let held = stored_bytes(&store, Table::Memories, &keys::memory("large"));
+        assert_eq!(held[0], COMPRESSED);
+        assert!(held.len() * 4 < plain.len(), "{} of {}", held.len(), plain.len());
+        assert_eq!(
+            stored_bytes(&store, Table::Memories, &keys::memory("small")),
+            rmp_serde::to_vec_named(&small).unwrap()
+        );
+        let back: Vec<Row> = store.read(|r| r.scan(Table::Memories, b"")).unwrap();
+        assert_eq!(back, vec![large, small]);
+    }
+
+    #[test]
+    fn a_version_1_store_is_read_as_it_is_and_marked_2() {
+        let dir = tempfile::tempdir().unwrap();
+        let large = Row {
+            n: 1,
+            text: "written uncompressed by recalld before schema 2 ".repeat(40),
+        };
+        {
+            let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+            let txn_bytes = rmp_serde::to_vec_named(&large).unwrap();
+            let mut txn = store.env.begin_rw_txn().unwrap();
+            txn.put(store.db(Table::Memories), &keys::memory("old"), &txn_bytes, WriteFlags::empty())
+                .unwrap();
+            txn.put(store.db(Table::Meta), &SCHEMA_KEY, &rmp_serde::to_vec_named(&1u32).unwrap(), WriteFlags::empty())
+                .unwrap();
+            txn.commit().unwrap();
+        }
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        let version: Option<u32> = store.read(|r| r.get(Table::Meta, SCHEMA_KEY)).unwrap();
+        assert_eq!(version, Some(2));
+        let back: Option<Row> = store.read(|r| r.get(Table::Memories, &keys::memory("old"))).unwrap();
+        assert_eq!(back, Some(large));
     }
 }
