@@ -5,12 +5,11 @@
 //! changes, so the provider's cached prefix holds. The block's cross-memory section (facts of
 //! other conversations) loses its text then (it served its turn) and keeps its items.
 
-use super::records::{Passage, RecallBlock};
+use super::records::RecallBlock;
 use super::recall::render_parts;
 use super::state::State;
 use super::tokens;
 use crate::models::{CallCtx, Judge, ModelError};
-use crate::store::{keys, Store, Table};
 
 /// Items a distilled block keeps at most.
 const DISTILLED_ITEMS: usize = 3;
@@ -19,25 +18,26 @@ const CONVERSATION_CHARS: usize = 8_000;
 
 pub(super) struct Snapshot {
     pub seq: u64,
-    items: Vec<String>,
+    /// The block's facts: their index among its items, and their text. Excerpts are not
+    /// judged: a distilled block keeps facts only.
+    facts: Vec<(usize, String)>,
     conversation: String,
 }
 
-/// The block before user message `seq`, its items' texts and the conversation from that
+/// The block before user message `seq`, its facts' texts and the conversation from that
 /// message on; None when there is no block to distill.
-pub(super) fn snapshot(st: &State, store: &Store, seq: u64) -> Option<Snapshot> {
+pub(super) fn snapshot(st: &State, seq: u64) -> Option<Snapshot> {
     // A block holding only the cross-memory section is "distilled" too: to nothing.
     let block = st
         .recalls
         .get(&seq)
         .filter(|b| !b.distilled && (!b.items.is_empty() || b.across.as_ref().is_some_and(|a| !a.text.is_empty())))?;
-    let items = block
+    let facts = block
         .items
         .iter()
-        .map(|i| match i.kind.as_str() {
-            "fact" => st.fact(i.n).map(|f| f.note.clone()).unwrap_or_default(),
-            _ => passage(st, store, i.n).map(|p| p.text).unwrap_or_default(),
-        })
+        .enumerate()
+        .filter(|(_, i)| i.kind == "fact")
+        .map(|(at, i)| (at, st.fact(i.n).map(|f| f.note.clone()).unwrap_or_default()))
         .collect();
     let mut conversation: String = st
         .history()
@@ -53,25 +53,26 @@ pub(super) fn snapshot(st: &State, store: &Store, seq: u64) -> Option<Snapshot> 
     }
     Some(Snapshot {
         seq,
-        items,
+        facts,
         conversation,
     })
 }
 
 impl Snapshot {
-    /// Runs the judge (no lock held): the indices of the items to keep.
+    /// Runs the judge (no lock held): the indices among the block's items of the facts to keep.
     pub(super) fn judge(&self, judge: &dyn Judge, memory: &str) -> Result<Vec<usize>, ModelError> {
-        if self.items.is_empty() {
+        if self.facts.is_empty() {
             return Ok(Vec::new());
         }
-        let refs: Vec<&str> = self.items.iter().map(String::as_str).collect();
-        judge.distill(&CallCtx::new(memory), &refs, &self.conversation)
+        let refs: Vec<&str> = self.facts.iter().map(|(_, t)| t.as_str()).collect();
+        let keep = judge.distill(&CallCtx::new(memory), &refs, &self.conversation)?;
+        Ok(keep.into_iter().filter_map(|k| self.facts.get(k).map(|(at, _)| *at)).collect())
     }
 }
 
 /// Rewrites the block to the kept items, if it is still the one judged, and moves its user
 /// message's size by the difference.
-pub(super) fn apply(st: &mut State, store: &Store, seq: u64, keep: &[usize]) {
+pub(super) fn apply(st: &mut State, seq: u64, keep: &[usize]) {
     let Some(block) = st.recalls.get(&seq).filter(|b| !b.distilled).cloned() else {
         return;
     };
@@ -84,21 +85,11 @@ pub(super) fn apply(st: &mut State, store: &Store, seq: u64, keep: &[usize]) {
         .filter(|i| i.kind == "fact")
         .take(DISTILLED_ITEMS)
         .collect();
-    let facts: Vec<_> = items
-        .iter()
-        .filter(|i| i.kind == "fact")
-        .filter_map(|i| st.fact(i.n))
-        .collect();
-    let passages: Vec<Passage> = items
-        .iter()
-        .filter(|i| i.kind == "passage")
-        .filter_map(|i| passage(st, store, i.n))
-        .collect();
-    let (text, size) = if facts.is_empty() && passages.is_empty() {
+    let facts: Vec<_> = items.iter().filter_map(|i| st.fact(i.n)).collect();
+    let (text, size) = if facts.is_empty() {
         (String::new(), 0)
     } else {
-        let refs: Vec<&Passage> = passages.iter().collect();
-        let text = render_parts(st, &facts, &refs);
+        let text = render_parts(st, &facts, &[]);
         let size = tokens::text_tokens(&text) as u64 + 4;
         (text, size)
     };
@@ -121,11 +112,4 @@ pub(super) fn apply(st: &mut State, store: &Store, seq: u64, keep: &[usize]) {
         m.tokens = (u64::from(m.tokens) + size).saturating_sub(block.tokens) as u32;
     }
     st.put_recall(distilled);
-}
-
-fn passage(st: &State, store: &Store, n: u64) -> Option<Passage> {
-    store
-        .read(|r| r.get(Table::Passages, &keys::seq(&st.memory.id, n)))
-        .ok()
-        .flatten()
 }

@@ -191,7 +191,7 @@ impl Engine {
                     return Ok(true);
                 }
             }
-            Judged::Distilled { seq, keep } => distill::apply(&mut st, &self.store, seq, &keep),
+            Judged::Distilled { seq, keep } => distill::apply(&mut st, seq, &keep),
             Judged::Failed(_) | Judged::Nothing => {}
         }
         if job.job == JobKind::Cut {
@@ -269,7 +269,7 @@ impl Engine {
             JobKind::Cut => Snapshot::Nothing,
             JobKind::Index => Snapshot::Passages(indexing::passage_drafts(st, self.config.passage_tokens)),
             JobKind::Distill { seq } => {
-                distill::snapshot(st, &self.store, *seq).map_or(Snapshot::Nothing, Snapshot::Distill)
+                distill::snapshot(st, *seq).map_or(Snapshot::Nothing, Snapshot::Distill)
             }
             JobKind::Handoff => Snapshot::Nothing,
         }
