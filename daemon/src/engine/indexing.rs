@@ -10,7 +10,7 @@ use super::passages::passages_of;
 use super::records::{EpisodeState, Fact, MemoryRecord, Passage, StoredMessage, VectorKind, VectorRecord};
 use super::recall::Doc;
 use super::state::State;
-use super::{graph, Engine, EngineError};
+use super::{cut, graph, units, Engine, EngineError};
 use crate::index::{IndexError, Marks};
 use crate::models::CallCtx;
 use crate::store::{keys, Table};
@@ -18,10 +18,15 @@ use crate::store::{keys, Table};
 /// Passages cut per job at most (whole episodes; more are left to the next job).
 const PASSAGES_PER_JOB: usize = 256;
 
-/// The passages of sealed episodes not cut yet, numbered from the memory's next passage.
-pub(super) fn passage_drafts(st: &State, passage_tokens: u64) -> Vec<Passage> {
+/// The passages of sealed episodes not cut yet, numbered from the memory's next passage, with
+/// the text each is embedded from: a passage that is one whole unit is embedded from the text
+/// the unit-scoring job embedded when the unit closed ([`cut::unit_text`]), so the embedding
+/// cache answers it (agent turns are mostly one large unit each); a passage of several units
+/// from its own text.
+pub(super) fn passage_drafts(st: &State, passage_tokens: u64) -> (Vec<Passage>, Vec<String>) {
     let mut next = st.memory.next_passage;
     let mut out = Vec::new();
+    let mut texts = Vec::new();
     for e in st
         .episodes
         .iter()
@@ -35,10 +40,27 @@ pub(super) fn passage_drafts(st: &State, passage_tokens: u64) -> Vec<Passage> {
             .filter(|m| m.in_history())
             .collect();
         let ps = passages_of(e.n, &ms, next, passage_tokens);
+        for p in &ps {
+            let of: Vec<&StoredMessage> = ms
+                .iter()
+                .copied()
+                .filter(|m| (p.first_seq..=p.last_seq).contains(&m.seq))
+                .collect();
+            texts.push(embedding_text(p, &of));
+        }
         next += ps.len() as u64;
         out.extend(ps);
     }
-    out
+    (out, texts)
+}
+
+/// The text passage `p` is embedded from, given its history messages (see [`passage_drafts`]).
+pub(super) fn embedding_text(p: &Passage, messages: &[&StoredMessage]) -> String {
+    if units::units(messages).len() == 1 {
+        cut::unit_text(messages)
+    } else {
+        p.text.clone()
+    }
 }
 
 /// Stores the passages (and their vectors) whose episodes are still sealed and not cut, and
@@ -65,13 +87,14 @@ pub(super) fn apply_passages(st: &mut State, passages: Vec<Passage>, vectors: Op
 }
 
 impl Engine {
-    /// Embeds passage texts for the index (no lock held). None without an embedder.
-    pub(super) fn embed_passages(&self, memory: &str, passages: &[Passage]) -> Result<Option<(String, Vec<Vec<f32>>)>, String> {
+    /// Embeds the passages' texts (from [`passage_drafts`]) for the index (no lock held). None
+    /// without an embedder.
+    pub(super) fn embed_passages(&self, memory: &str, texts: &[String]) -> Result<Option<(String, Vec<Vec<f32>>)>, String> {
         let Some(models) = &self.models else { return Ok(None) };
-        if passages.is_empty() {
+        if texts.is_empty() {
             return Ok(None);
         }
-        let texts: Vec<&str> = passages.iter().map(|p| p.text.as_str()).collect();
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
         let vs = models.embedder.embed(&CallCtx::new(memory), &texts).map_err(|e| e.to_string())?;
         if vs.len() != texts.len() {
             return Err("embedder gave the wrong number of vectors".into());
@@ -254,4 +277,40 @@ fn marks_of(record: &MemoryRecord) -> Marks {
 
 fn index_error(e: IndexError) -> EngineError {
     EngineError::Index(e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::records::Source;
+    use crate::formats::{Format, Message, Role};
+
+    fn msg(mem: &mut MemoryRecord, role: Role, text: &str) -> StoredMessage {
+        let m = StoredMessage::new(mem, Message::new(Format::ChatCompletions, role, text), 0.0, Source::Request);
+        mem.next_seq += 1;
+        if role == Role::User {
+            mem.turn += 1;
+        }
+        m
+    }
+
+    #[test]
+    fn a_passage_of_one_unit_is_embedded_from_the_units_scored_text_and_one_of_several_from_its_own() {
+        let mut mem = MemoryRecord::new("m", 0.0);
+        let long = "the build log repeats itself ".repeat(40);
+        let ms = [
+            msg(&mut mem, Role::User, "hi"),
+            msg(&mut mem, Role::Assistant, "hello"),
+            msg(&mut mem, Role::User, &long),
+        ];
+        let refs: Vec<&StoredMessage> = ms.iter().collect();
+        let ps = passages_of(0, &refs, 0, 160);
+        assert_eq!(ps.len(), 2, "the long message is a passage of its own");
+        let of = |p: &Passage| -> Vec<&StoredMessage> {
+            refs.iter().copied().filter(|m| (p.first_seq..=p.last_seq).contains(&m.seq)).collect()
+        };
+        assert_eq!(embedding_text(&ps[0], &of(&ps[0])), ps[0].text, "two units: the passage's text");
+        assert_eq!(embedding_text(&ps[1], &of(&ps[1])), cut::unit_text(&of(&ps[1])), "one unit: what scoring embedded");
+        assert_ne!(cut::unit_text(&of(&ps[1])), ps[1].text);
+    }
 }

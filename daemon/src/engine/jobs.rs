@@ -71,8 +71,9 @@ enum Snapshot {
     /// Facts to place in the graph (the planner reads the store itself; see `graph`).
     Graph(Vec<u64>),
     Reembed,
-    /// Passages of sealed episodes, to embed (possibly none: the job then only indexes).
-    Passages(Vec<Passage>),
+    /// Passages of sealed episodes and the texts to embed them from (possibly none: the job
+    /// then only indexes).
+    Passages(Vec<Passage>, Vec<String>),
     Distill(distill::Snapshot),
     /// The job judges nothing (a cut is arithmetic).
     Nothing,
@@ -267,7 +268,10 @@ impl Engine {
             JobKind::Graph { facts } => Snapshot::Graph(facts.clone()),
             JobKind::Reembed => Snapshot::Reembed,
             JobKind::Cut => Snapshot::Nothing,
-            JobKind::Index => Snapshot::Passages(indexing::passage_drafts(st, self.config.passage_tokens)),
+            JobKind::Index => {
+                let (passages, texts) = indexing::passage_drafts(st, self.config.passage_tokens);
+                Snapshot::Passages(passages, texts)
+            }
             JobKind::Distill { seq } => {
                 distill::snapshot(st, *seq).map_or(Snapshot::Nothing, Snapshot::Distill)
             }
@@ -278,9 +282,9 @@ impl Engine {
     /// Runs the judge on a snapshot; no lock is held. Without a judge, or when it fails,
     /// nothing is returned for what was not judged: nothing is invented.
     fn judge_snapshot(&self, memory: &str, snapshot: Snapshot) -> Judged {
-        if let Snapshot::Passages(passages) = snapshot {
+        if let Snapshot::Passages(passages, texts) = snapshot {
             // Passages are stored (and indexed by words) even without an embedder.
-            return match self.embed_passages(memory, &passages) {
+            return match self.embed_passages(memory, &texts) {
                 Ok(vectors) => Judged::Passages(passages, vectors),
                 Err(e) => Judged::Failed(e),
             };
@@ -340,7 +344,7 @@ impl Engine {
                 Ok(keep) => Judged::Distilled { seq: snap.seq, keep },
                 Err(e) => Judged::Failed(e.to_string()),
             },
-            Snapshot::Passages(_) | Snapshot::Nothing => Judged::Nothing,
+            Snapshot::Passages(..) | Snapshot::Nothing => Judged::Nothing,
         }
     }
 
@@ -378,7 +382,21 @@ impl Engine {
                 };
                 r.visit(Table::Facts, &prefix, &prefix, |_, f: Fact| take(VectorKind::Fact, f.n, f.note))?;
                 r.visit(Table::Passages, &prefix, &prefix, |_, p: Passage| {
-                    take(VectorKind::Passage, p.n, p.text)
+                    if current(r, VectorKind::Passage, p.n)? {
+                        return Ok(true);
+                    }
+                    let mut ms: Vec<StoredMessage> = Vec::new();
+                    r.visit(Table::Messages, &prefix, &keys::seq(memory, p.first_seq), |_, m: StoredMessage| {
+                        if m.seq > p.last_seq {
+                            return Ok(false);
+                        }
+                        if m.in_history() {
+                            ms.push(m);
+                        }
+                        Ok(true)
+                    })?;
+                    let text = indexing::embedding_text(&p, &ms.iter().collect::<Vec<_>>());
+                    take(VectorKind::Passage, p.n, text)
                 })?;
                 r.visit(Table::Entities, &prefix, &prefix, |_, e: super::records::Entity| {
                     take(VectorKind::Entity, e.n, e.name)
