@@ -234,17 +234,6 @@ fn models_judge_distill_keeps_what_mattered() {
     // A fact the conversation already states word for word is not kept.
     let said = "user: Caroline adopted a grey cat named Oscar.\nassistant: How lovely!";
     assert!(!j.distill(&CTX, &facts[1..], said).unwrap().contains(&0));
-    // Given the conversation's units (the texts unit scoring embedded), the built-in judge
-    // reads relevance from those: the same answers.
-    let units = [
-        "Is Melanie's daughter still playing violin in the school orchestra?",
-        "Yes, she still plays violin there and just had a solo.",
-    ];
-    assert_eq!(j.distill_units(&CTX, &facts, conversation, &units).unwrap(), vec![0]);
-    let unrelated = ["Which bus goes to the airport?", "The 42, every ten minutes."];
-    assert!(j.distill_units(&CTX, &facts, conversation, &unrelated).unwrap().is_empty(), "relevance comes from the units");
-    let said_units = ["Caroline adopted a grey cat named Oscar.", "How lovely!"];
-    assert!(!j.distill_units(&CTX, &facts[1..], said, &said_units).unwrap().contains(&0));
 }
 
 #[test]

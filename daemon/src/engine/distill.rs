@@ -5,18 +5,16 @@
 //! changes, so the provider's cached prefix holds. The block's cross-memory section (facts of
 //! other conversations) loses its text then (it served its turn) and keeps its items.
 
-use super::records::{RecallBlock, StoredMessage};
+use super::records::RecallBlock;
 use super::recall::render_parts;
 use super::state::State;
-use super::{cut, tokens, units};
+use super::tokens;
 use crate::models::{CallCtx, Judge, ModelError};
 
 /// Items a distilled block keeps at most.
 const DISTILLED_ITEMS: usize = 3;
 /// Characters of conversation the judge reads after the block, at most (the latest kept).
 const CONVERSATION_CHARS: usize = 8_000;
-/// Units of it an embedding judge reads, at most (the latest).
-const CONVERSATION_UNITS: usize = 16;
 
 pub(super) struct Snapshot {
     pub seq: u64,
@@ -24,8 +22,6 @@ pub(super) struct Snapshot {
     /// judged: a distilled block keeps facts only.
     facts: Vec<(usize, String)>,
     conversation: String,
-    /// The conversation's latest units as unit scoring embeds them (see `Judge::distill_units`).
-    units: Vec<String>,
 }
 
 /// The block before user message `seq`, its facts' texts and the conversation from that
@@ -55,18 +51,10 @@ pub(super) fn snapshot(st: &State, seq: u64) -> Option<Snapshot> {
         }
         conversation = conversation[cut..].to_owned();
     }
-    let ms: Vec<&StoredMessage> = st.history().filter(|m| m.seq >= seq).collect();
-    let spans = units::units(&ms);
-    let units = spans[spans.len().saturating_sub(CONVERSATION_UNITS)..]
-        .iter()
-        .map(|u| cut::unit_text(&ms[u.start..u.end]))
-        .filter(|t| !t.is_empty())
-        .collect();
     Some(Snapshot {
         seq,
         facts,
         conversation,
-        units,
     })
 }
 
@@ -77,8 +65,7 @@ impl Snapshot {
             return Ok(Vec::new());
         }
         let refs: Vec<&str> = self.facts.iter().map(|(_, t)| t.as_str()).collect();
-        let units: Vec<&str> = self.units.iter().map(String::as_str).collect();
-        let keep = judge.distill_units(&CallCtx::new(memory), &refs, &self.conversation, &units)?;
+        let keep = judge.distill(&CallCtx::new(memory), &refs, &self.conversation)?;
         Ok(keep.into_iter().filter_map(|k| self.facts.get(k).map(|(at, _)| *at)).collect())
     }
 }

@@ -173,13 +173,6 @@ pub trait Judge: Send + Sync {
     /// Which recall-block facts mattered to the conversation around them: the indices kept,
     /// ascending.
     fn distill(&self, ctx: &CallCtx, facts: &[&str], conversation: &str) -> Result<Vec<usize>, ModelError>;
-    /// [`distill`](Judge::distill), also given the conversation's units as the texts unit
-    /// scoring embeds (`units`): a judge that compares embeddings may read those, which the
-    /// embedding cache answers. A model judge reads the conversation as written (the default).
-    fn distill_units(&self, ctx: &CallCtx, facts: &[&str], conversation: &str, units: &[&str]) -> Result<Vec<usize>, ModelError> {
-        let _ = units;
-        self.distill(ctx, facts, conversation)
-    }
     /// How a new fact relates to a held one; conservative: `Contradicts` only on strong evidence.
     fn relation(&self, ctx: &CallCtx, new_fact: &str, held_fact: &str) -> Result<Relation, ModelError>;
     /// [`relation`](Judge::relation) of one new fact to several held ones, an answer per held

@@ -69,13 +69,8 @@ impl RulesJudge {
     fn best_against(&self, ctx: &CallCtx, text: &str, facts: &[&str]) -> Result<Vec<f32>, ModelError> {
         let chunks = chunk_text(text, CHUNK_WORDS);
         let chunk_refs: Vec<&str> = chunks.iter().map(String::as_str).collect();
-        self.best_of(ctx, &chunk_refs, facts)
-    }
-
-    /// Each fact's best cosine with any of `pieces`.
-    fn best_of(&self, ctx: &CallCtx, pieces: &[&str], facts: &[&str]) -> Result<Vec<f32>, ModelError> {
         let mut all: Vec<&str> = facts.to_vec();
-        all.extend(pieces);
+        all.extend(&chunk_refs);
         let vs = self.vectors(ctx, &all)?;
         let (fv, cv) = vs.split_at(facts.len());
         Ok(fv
@@ -121,15 +116,11 @@ impl RulesJudge {
         Ok(boundary_scores(&vs, self.t.boundary_window.max(1)))
     }
 
-    /// `units`: the conversation in the pieces relevance is read from (None: chunks of it).
-    fn distill_inner(&self, ctx: &CallCtx, facts: &[&str], conversation: &str, units: Option<&[&str]>) -> Result<Vec<usize>, ModelError> {
+    fn distill_inner(&self, ctx: &CallCtx, facts: &[&str], conversation: &str) -> Result<Vec<usize>, ModelError> {
         if facts.is_empty() {
             return Ok(Vec::new());
         }
-        let relevant = match units {
-            Some(units) if !units.is_empty() => self.best_of(ctx, units, facts)?,
-            _ => self.best_against(ctx, conversation, facts)?,
-        };
+        let relevant = self.best_against(ctx, conversation, facts)?;
         // "Already said": a single line of the conversation (without its `speaker:` prefix)
         // that is near-identical, or that contains the fact word for word.
         let lines: Vec<&str> = conversation
@@ -399,12 +390,7 @@ impl Judge for RulesJudge {
     }
 
     fn distill(&self, ctx: &CallCtx, facts: &[&str], conversation: &str) -> Result<Vec<usize>, ModelError> {
-        let r = self.distill_inner(ctx, facts, conversation, None);
-        self.counted(ctx, r)
-    }
-
-    fn distill_units(&self, ctx: &CallCtx, facts: &[&str], conversation: &str, units: &[&str]) -> Result<Vec<usize>, ModelError> {
-        let r = self.distill_inner(ctx, facts, conversation, Some(units));
+        let r = self.distill_inner(ctx, facts, conversation);
         self.counted(ctx, r)
     }
 
