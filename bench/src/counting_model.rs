@@ -44,7 +44,10 @@ impl CountingModel {
                 });
             }
         });
-        Ok(CountingModel { base_url: format!("http://127.0.0.1:{port}/v1"), counts })
+        Ok(CountingModel {
+            base_url: format!("http://127.0.0.1:{port}/v1"),
+            counts,
+        })
     }
 
     /// Per path (`embeddings`, `chat/completions <task>`), what was asked so far.
@@ -102,7 +105,11 @@ fn serve(stream: TcpStream, counts: &Mutex<BTreeMap<String, Count>>) -> std::io:
             c.completion_tokens += count.completion_tokens;
         }
         let text = reply.to_string();
-        write!(out, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{text}", text.len())?;
+        write!(
+            out,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{text}",
+            text.len()
+        )?;
         out.flush()?;
     }
 }
@@ -123,22 +130,45 @@ fn answer(path: &str, request: &Value) -> (String, Value, Count) {
             .collect();
         let reply = json!({"object": "list", "data": data, "model": "counting-embedder",
             "usage": {"prompt_tokens": prompt, "total_tokens": prompt}});
-        return ("embeddings".into(), reply, Count { calls: 1, prompt_tokens: prompt, completion_tokens: 0 });
+        return (
+            "embeddings".into(),
+            reply,
+            Count {
+                calls: 1,
+                prompt_tokens: prompt,
+                completion_tokens: 0,
+            },
+        );
     }
-    let task = request["response_format"]["json_schema"]["name"].as_str().unwrap_or("unnamed").to_owned();
+    let task = request["response_format"]["json_schema"]["name"]
+        .as_str()
+        .unwrap_or("unnamed")
+        .to_owned();
     let prompt_chars: usize = request["messages"]
         .as_array()
         .into_iter()
         .flatten()
         .map(|m| m["content"].as_str().map_or(0, str::len))
         .sum();
-    let user = request["messages"].as_array().and_then(|m| m.last()).and_then(|m| m["content"].as_str()).unwrap_or("");
+    let user = request["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("");
     let content = verdict(&task, user).to_string();
     let (prompt, completion) = (tokens(prompt_chars), tokens(content.len()));
     let reply = json!({"id": "counting", "object": "chat.completion", "model": "counting-judge",
         "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
         "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}});
-    (format!("chat/completions {task}"), reply, Count { calls: 1, prompt_tokens: prompt, completion_tokens: completion })
+    (
+        format!("chat/completions {task}"),
+        reply,
+        Count {
+            calls: 1,
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+        },
+    )
 }
 
 /// A neutral, valid answer to one of the judge's tasks; per-item tasks answer as many items as
@@ -151,14 +181,20 @@ fn verdict(task: &str, user: &str) -> Value {
         .and_then(|n| n.parse::<usize>().ok())
         .unwrap_or(0);
     match task {
-        "boundaries" => json!({"scores": (0..n).map(|i| json!({"unit": i, "first": 0.5, "last": 0.5})).collect::<Vec<_>>()}),
+        "boundaries" => {
+            json!({"scores": (0..n).map(|i| json!({"unit": i, "first": 0.5, "last": 0.5})).collect::<Vec<_>>()})
+        }
         "about" => json!({"score": 0.5, "about": true}),
-        "about_each" => json!({"episodes": (0..n).map(|i| json!({"episode": i, "score": 0.5, "about": true})).collect::<Vec<_>>()}),
+        "about_each" => {
+            json!({"episodes": (0..n).map(|i| json!({"episode": i, "score": 0.5, "about": true})).collect::<Vec<_>>()})
+        }
         "walk_levels" => json!({"levels": (0..n).map(|i| json!({"fact": i, "level": 1})).collect::<Vec<_>>()}),
         "distill" => json!({"keep": []}),
         "extract" => json!({"facts": []}),
         "relation" => json!({"relation": "unrelated"}),
-        "relation_each" => json!({"relations": (0..n).map(|i| json!({"fact": i, "relation": "unrelated"})).collect::<Vec<_>>()}),
+        "relation_each" => {
+            json!({"relations": (0..n).map(|i| json!({"fact": i, "relation": "unrelated"})).collect::<Vec<_>>()})
+        }
         "same_entity_each" => json!({"pairs": (0..n).map(|i| json!({"pair": i, "same": false})).collect::<Vec<_>>()}),
         _ => json!({}),
     }
@@ -168,7 +204,10 @@ fn verdict(task: &str, user: &str) -> Value {
 fn word_vector(text: &str) -> Vec<f32> {
     let mut v = vec![0f32; DIM];
     for w in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
-        let h = w.to_lowercase().bytes().fold(2_166_136_261u32, |h, b| (h ^ u32::from(b)).wrapping_mul(16_777_619));
+        let h = w
+            .to_lowercase()
+            .bytes()
+            .fold(2_166_136_261u32, |h, b| (h ^ u32::from(b)).wrapping_mul(16_777_619));
         v[h as usize % DIM] += 1.0;
     }
     let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();

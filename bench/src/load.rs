@@ -20,12 +20,12 @@ use recalld_protocol::{encode_request, Request};
 use serde_json::{json, Value};
 
 use crate::agent::Agent;
-use crate::daemon::Daemon;
 use crate::counting_model::CountingModel;
+use crate::daemon::Daemon;
 use crate::load_report::{ColdStart, Cost, Lanes, Latency, LoadReport, Storage};
-use recalld::models::Counts;
 use crate::sampler::{self, Sampler};
 use crate::traces;
+use recalld::models::Counts;
 
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
@@ -238,7 +238,12 @@ fn cost(stats: &Value, endpoint: Option<&CountingModel>, pairs: u64, memories: u
     let per = |n: u64, by: u64| n as f64 / by.max(1) as f64;
     let external = endpoint.map_or(0, |e| e.counts().values().map(|c| c.calls).sum());
     Cost {
-        provider: if endpoint.is_some() { "openai-compatible (counting endpoint)" } else { "built-in" }.into(),
+        provider: if endpoint.is_some() {
+            "openai-compatible (counting endpoint)"
+        } else {
+            "built-in"
+        }
+        .into(),
         calls_per_turn: per(total.embed_calls + total.judge_calls, pairs),
         tokens_per_turn: per(total.embed_tokens + total.judge_tokens, pairs),
         calls_per_memory: per(total.embed_calls + total.judge_calls, memories as u64),

@@ -188,7 +188,10 @@ impl LoadReport {
             ("decorate without recall".into(), self.decorate_without_recall.cell()),
             ("decorate that ran recall".into(), self.decorate_with_recall.cell()),
             ("recall (`info.recall.ms.total`)".into(), self.recall.cell()),
-            ("of it, the query embedding (`…ms.embed`)".into(), self.recall_embed.cell()),
+            (
+                "of it, the query embedding (`…ms.embed`)".into(),
+                self.recall_embed.cell(),
+            ),
             (
                 "recall embeddings late (words only)".into(),
                 self.recall_embeddings_dropped.map_or("–".into(), |n| n.to_string()),
@@ -312,7 +315,10 @@ impl LoadReport {
         if !self.cost.endpoint.is_empty() {
             md.push_str("\nThe counting endpoint, per path and judge task:\n\n| asked | calls | prompt tokens | completion tokens |\n|---|---|---|---|\n");
             for (k, c) in &self.cost.endpoint {
-                md.push_str(&format!("| {k} | {} | {} | {} |\n", c.calls, c.prompt_tokens, c.completion_tokens));
+                md.push_str(&format!(
+                    "| {k} | {} | {} | {} |\n",
+                    c.calls, c.prompt_tokens, c.completion_tokens
+                ));
             }
         }
         md

@@ -9,7 +9,6 @@ use std::time::Duration;
 use recalld_bench::load::{self, LoadOptions};
 use serde_json::{json, Value};
 
-
 /// A trace in the file's shape: a user asks about a booking, the agent looks it up with a tool.
 fn trace(id: &str, who: &str, turns: usize) -> Value {
     let mut messages = vec![json!({"role": "system", "content": "You are an airline agent. Be brief."})];
@@ -55,7 +54,11 @@ fn options(dir: &std::path::Path) -> LoadOptions {
 #[test]
 fn the_cost_run_counts_every_model_call_at_the_endpoint_and_the_built_in_run_makes_none() {
     let dir = tempfile::tempdir().unwrap();
-    let o = LoadOptions { cost: true, drain_timeout: Duration::from_secs(30), ..options(dir.path()) };
+    let o = LoadOptions {
+        cost: true,
+        drain_timeout: Duration::from_secs(30),
+        ..options(dir.path())
+    };
     let r = load::run(&o, &mut |line| eprintln!("{line}")).unwrap();
     eprintln!("{}", r.markdown("(test)"));
     assert_eq!(r.errors, 0, "{:?}", r.error_examples);
@@ -64,15 +67,27 @@ fn the_cost_run_counts_every_model_call_at_the_endpoint_and_the_built_in_run_mak
     assert_eq!(c.daemon.errors, 0, "{c:?}");
     // Every call the daemon counted reached the endpoint, once (no retries against a healthy
     // endpoint), and the endpoint's tokens are what the daemon read from the replies.
-    let calls = |prefix: &str| c.endpoint.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, v)| v.calls).sum::<u64>();
+    let calls = |prefix: &str| {
+        c.endpoint
+            .iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| v.calls)
+            .sum::<u64>()
+    };
     assert_eq!(calls("embeddings"), c.daemon.embed_calls, "{c:?}");
     assert_eq!(calls("chat/completions"), c.daemon.judge_calls, "{c:?}");
     assert_eq!(c.external_calls, c.daemon.embed_calls + c.daemon.judge_calls);
     assert!(c.calls_per_turn > 0.0 && c.tokens_per_turn > 0.0);
     // A unit's text is judged again (as context of the next units, against facts): the cache
     // answers it, and those texts never reached the endpoint.
-    assert!(c.embed_cache.hits > 0 && c.embed_cache.misses > 0, "{:?}", c.embed_cache);
-    assert!(r.markdown("x").contains("The counting endpoint, per path and judge task"));
+    assert!(
+        c.embed_cache.hits > 0 && c.embed_cache.misses > 0,
+        "{:?}",
+        c.embed_cache
+    );
+    assert!(r
+        .markdown("x")
+        .contains("The counting endpoint, per path and judge task"));
 }
 
 #[test]

@@ -162,14 +162,18 @@ fn baselines_get_recallds_token_count_and_are_scored_alike() {
     // One turn's room: dense takes its best-ranked turn (which one is the model's call; MiniLM
     // ranks the grey-cat turn above the cat's name for this question).
     let best_is_evidence = r.dense[0][0] == 0;
-    assert_eq!(score("dense turns").availability, if best_is_evidence { 1.0 } else { 0.0 }, "{}", details[0]);
+    assert_eq!(
+        score("dense turns").availability,
+        if best_is_evidence { 1.0 } else { 0.0 },
+        "{}",
+        details[0]
+    );
     assert!(score("dense turns").tokens <= tokens);
     // The full context at a 200k ceiling holds everything.
     assert_eq!(score("full context").availability, 1.0);
     assert_eq!(details[0]["full context"]["evidence"]["D1:1"], "view");
     assert_eq!(table.count("recalld", 0), 1);
 }
-
 
 #[test]
 fn a_replay_through_the_daemon_holds_everything_at_200k_and_repeats_exactly() {

@@ -65,7 +65,8 @@ fn main() {
         .unwrap_or_else(|| repo.join("models/all-MiniLM-L6-v2"));
     let embedder = MiniLm::load(&model, 64, std::sync::Arc::new(Usage::default())).expect("built-in model");
     let data: Vec<Value> =
-        serde_json::from_str(&std::fs::read_to_string(bench.join("locomo-dev.json")).expect("locomo-dev.json")).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(bench.join("locomo-dev.json")).expect("locomo-dev.json"))
+            .unwrap();
     let (mut pairs, mut merged, mut guarded) = (0usize, 0usize, 0usize);
     for conv in &data {
         let mut names = BTreeSet::new();
@@ -99,7 +100,11 @@ fn main() {
             }
         }
         found.sort_by(|a, b| b.0.total_cmp(&a.0));
-        println!("## {} ({} names)", conv["sample_id"].as_str().unwrap_or("?"), names.len());
+        println!(
+            "## {} ({} names)",
+            conv["sample_id"].as_str().unwrap_or("?"),
+            names.len()
+        );
         for (c, i, j) in found {
             pairs += 1;
             let decision = if c < SAME_ENTITY {

@@ -20,13 +20,35 @@ use recalld::store::{keys, Store, StoreOptions, Table};
 use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
 use serde_json::{json, Value};
 
-const NAMES: &[&str] = &["Dana", "Priya", "Tomas", "Lena", "Omar", "Grace", "Ivan", "Mei", "Ravi", "Sofia"];
-const TOPICS: &[&str] = &[
-    "flight to Seattle", "refund for the March invoice", "seat upgrade", "baggage allowance", "travel insurance",
-    "hotel in Lisbon", "quarterly budget", "database migration", "team offsite", "dentist appointment",
-    "piano lessons", "marathon training", "tax return", "car lease", "kitchen renovation",
+const NAMES: &[&str] = &[
+    "Dana", "Priya", "Tomas", "Lena", "Omar", "Grace", "Ivan", "Mei", "Ravi", "Sofia",
 ];
-const VERBS: &[&str] = &["prefers", "decided on", "is waiting on", "resolved", "asked about", "worries about", "is learning about"];
+const TOPICS: &[&str] = &[
+    "flight to Seattle",
+    "refund for the March invoice",
+    "seat upgrade",
+    "baggage allowance",
+    "travel insurance",
+    "hotel in Lisbon",
+    "quarterly budget",
+    "database migration",
+    "team offsite",
+    "dentist appointment",
+    "piano lessons",
+    "marathon training",
+    "tax return",
+    "car lease",
+    "kitchen renovation",
+];
+const VERBS: &[&str] = &[
+    "prefers",
+    "decided on",
+    "is waiting on",
+    "resolved",
+    "asked about",
+    "worries about",
+    "is learning about",
+];
 
 fn arg(name: &str, default: usize) -> usize {
     let args: Vec<String> = std::env::args().collect();
@@ -46,7 +68,8 @@ fn main() {
     let (users, facts, queries) = (arg("--users", 20), arg("--facts", 200), arg("--queries", 20));
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
-    let model_dir = std::env::var("RECALLD_MODEL_DIR").unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../models/all-MiniLM-L6-v2").into());
+    let model_dir = std::env::var("RECALLD_MODEL_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../models/all-MiniLM-L6-v2").into());
     let cfg: ModelsConfig = toml::from_str(&format!("[embedder]\npath = {model_dir:?}\n")).unwrap();
     let models = Models::load(&cfg, dir.path()).unwrap();
     let engine = Engine::new(store.clone(), Some(models), EngineConfig::default());
@@ -56,12 +79,24 @@ fn main() {
     for u in 0..users {
         let user = format!("user{u}");
         engine
-            .set_core_block("bench", Some(&user), "user", &format!("{user} works as an engineer and prefers short answers."), Some(t0))
+            .set_core_block(
+                "bench",
+                Some(&user),
+                "user",
+                &format!("{user} works as an engineer and prefers short answers."),
+                Some(t0),
+            )
             .unwrap();
         for c in 0..facts.div_ceil(50) {
             let memory = format!("{user}-c{c}");
             let now = t0 + (u * 100 + c) as f64 * 60.0;
-            decorate(&engine, &memory, &user, &format!("Let's go over my {} and a few other things.", TOPICS[c % TOPICS.len()]), now);
+            decorate(
+                &engine,
+                &memory,
+                &user,
+                &format!("Let's go over my {} and a few other things.", TOPICS[c % TOPICS.len()]),
+                now,
+            );
             let notes: Vec<Value> = (0..50.min(facts - c * 50))
                 .map(|_| {
                     k += 1;
@@ -74,19 +109,39 @@ fn main() {
             let call = json!({"id": format!("n-{memory}"), "type": "function", "function": {"name": "note", "arguments": json!({"notes": notes}).to_string()}});
             let reply = json!({"id": "r", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0,
                 "finish_reason": "stop", "message": {"role": "assistant", "content": "All noted.", "tool_calls": [call]}}]});
-            engine.report(ReportArgs { memory: memory.clone(), response: reply, now: Some(now + 1.0) }).unwrap();
+            engine
+                .report(ReportArgs {
+                    memory: memory.clone(),
+                    response: reply,
+                    now: Some(now + 1.0),
+                })
+                .unwrap();
             engine.end(&memory, Some(now + 2.0)).unwrap();
             while engine.run_next_job(&memory).unwrap() {}
         }
-        eprintln!("user {}/{users} ready ({:.0} s)", u + 1, started.elapsed().as_secs_f64());
+        eprintln!(
+            "user {}/{users} ready ({:.0} s)",
+            u + 1,
+            started.elapsed().as_secs_f64()
+        );
     }
     let (mut hot, mut vector, mut graph, mut total) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut facts_read = Vec::new();
     for q in 0..queries {
         for u in 0..users {
             let user = format!("user{u}");
-            let question = format!("What did {} decide about the {}?", NAMES[(q + u) % NAMES.len()], TOPICS[(q * 3 + u) % TOPICS.len()]);
-            let info = decorate(&engine, &format!("{user}-q{q}"), &user, &question, t0 + 30.0 * 86_400.0 + q as f64);
+            let question = format!(
+                "What did {} decide about the {}?",
+                NAMES[(q + u) % NAMES.len()],
+                TOPICS[(q * 3 + u) % TOPICS.len()]
+            );
+            let info = decorate(
+                &engine,
+                &format!("{user}-q{q}"),
+                &user,
+                &question,
+                t0 + 30.0 * 86_400.0 + q as f64,
+            );
             let ms = &info["recall"]["across"]["ms"];
             hot.push(ms["hot"].as_f64().unwrap());
             vector.push(ms["vector"].as_f64().unwrap());
@@ -101,28 +156,62 @@ fn main() {
             let mut hot_bytes = 0usize;
             let mut fact_bytes = 0usize;
             let mut vector_bytes = 0usize;
-            r.visit(Table::Hot, &keys::memory_prefix("bench"), &keys::memory_prefix("bench"), |_, v: Value| {
-                hot_bytes += rmp_serde::to_vec_named(&v).map(|b| b.len()).unwrap_or(0);
-                Ok(true)
-            })?;
-            r.visit(Table::ScopeFacts, &keys::memory_prefix("bench"), &keys::memory_prefix("bench"), |_, v: Value| {
-                let all = rmp_serde::to_vec_named(&v).map(|b| b.len()).unwrap_or(0);
-                let vec = v["v"].as_array().map_or(0, |a| a.len() * 5 + 3);
-                fact_bytes += all - vec;
-                vector_bytes += vec;
-                Ok(true)
-            })?;
+            r.visit(
+                Table::Hot,
+                &keys::memory_prefix("bench"),
+                &keys::memory_prefix("bench"),
+                |_, v: Value| {
+                    hot_bytes += rmp_serde::to_vec_named(&v).map(|b| b.len()).unwrap_or(0);
+                    Ok(true)
+                },
+            )?;
+            r.visit(
+                Table::ScopeFacts,
+                &keys::memory_prefix("bench"),
+                &keys::memory_prefix("bench"),
+                |_, v: Value| {
+                    let all = rmp_serde::to_vec_named(&v).map(|b| b.len()).unwrap_or(0);
+                    let vec = v["v"].as_array().map_or(0, |a| a.len() * 5 + 3);
+                    fact_bytes += all - vec;
+                    vector_bytes += vec;
+                    Ok(true)
+                },
+            )?;
             Ok((hot_bytes, fact_bytes, vector_bytes))
         })
         .unwrap();
     let n = users.max(1) as f64;
-    println!("tiers_bench: {users} users × {facts} facts, {queries} queries each ({} decorates), built in {:.0} s", hot.len(), started.elapsed().as_secs_f64());
+    println!(
+        "tiers_bench: {users} users × {facts} facts, {queries} queries each ({} decorates), built in {:.0} s",
+        hot.len(),
+        started.elapsed().as_secs_f64()
+    );
     println!("| tier | p50 ms | p99 ms | target | bytes per user |");
     println!("|---|---|---|---|---|");
-    println!("| hot (core blocks, recent turns) | {:.3} | {:.3} | < 5 | {:.0} |", pct(&mut hot, 0.5), pct(&mut hot, 0.99), hot_bytes as f64 / n);
-    println!("| vector (facts by relevance) | {:.3} | {:.3} | < 50 | {:.0} (of which vectors {:.0}) |", pct(&mut vector, 0.5), pct(&mut vector, 0.99), (fact_bytes + vector_bytes) as f64 / n, vector_bytes as f64 / n);
-    println!("| graph (facts of named entities) | {:.3} | {:.3} | < 150 | {:.0} (facts without vectors) |", pct(&mut graph, 0.5), pct(&mut graph, 0.99), fact_bytes as f64 / n);
-    println!("| whole block (tiers in parallel, merged) | {:.3} | {:.3} | | |", pct(&mut total, 0.5), pct(&mut total, 0.99));
+    println!(
+        "| hot (core blocks, recent turns) | {:.3} | {:.3} | < 5 | {:.0} |",
+        pct(&mut hot, 0.5),
+        pct(&mut hot, 0.99),
+        hot_bytes as f64 / n
+    );
+    println!(
+        "| vector (facts by relevance) | {:.3} | {:.3} | < 50 | {:.0} (of which vectors {:.0}) |",
+        pct(&mut vector, 0.5),
+        pct(&mut vector, 0.99),
+        (fact_bytes + vector_bytes) as f64 / n,
+        vector_bytes as f64 / n
+    );
+    println!(
+        "| graph (facts of named entities) | {:.3} | {:.3} | < 150 | {:.0} (facts without vectors) |",
+        pct(&mut graph, 0.5),
+        pct(&mut graph, 0.99),
+        fact_bytes as f64 / n
+    );
+    println!(
+        "| whole block (tiers in parallel, merged) | {:.3} | {:.3} | | |",
+        pct(&mut total, 0.5),
+        pct(&mut total, 0.99)
+    );
     // The agent's facts are decoded again only when its scope changed (the first query here).
     let miss = facts_read.iter().copied().fold(0.0, f64::max);
     println!(

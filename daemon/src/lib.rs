@@ -69,7 +69,11 @@ pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>
         listener.display
     );
     server::notify_ready();
-    let lanes = lanes::Lanes::start(engine.clone(), settings.engine.lane_workers, settings.engine.lane_model_threads);
+    let lanes = lanes::Lanes::start(
+        engine.clone(),
+        settings.engine.lane_workers,
+        settings.engine.lane_model_threads,
+    );
     let timer = tokio::spawn(scopes_timer(engine.clone()));
     let mut state = server::AppState::new(engine, &settings);
     state.namespaces = namespaces;

@@ -226,8 +226,16 @@ fn main() -> ExitCode {
                 op(&at, "metrics", json!({"format": "prometheus"}), true)
             }
         }
-        Command::Export { memory, msgpack: false, at } => op(&at, "export", json!({ "memory": memory }), false),
-        Command::Export { memory, msgpack: true, at } => export_msgpack(&at, &memory),
+        Command::Export {
+            memory,
+            msgpack: false,
+            at,
+        } => op(&at, "export", json!({ "memory": memory }), false),
+        Command::Export {
+            memory,
+            msgpack: true,
+            at,
+        } => export_msgpack(&at, &memory),
         Command::Import { memory, file, at } => {
             let bytes = if file.as_os_str() == "-" {
                 let mut b = Vec::new();
@@ -345,12 +353,21 @@ fn documents(action: DocumentsAction) -> Result<(), ExitCode> {
                 ExitCode::from(2)
             })?;
             let name = name.unwrap_or_else(|| {
-                file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "stdin".into())
+                file.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| "stdin".into())
             });
-            op(&at, "add_document", json!({"agent": agent, "name": name, "text": text}), false)
+            op(
+                &at,
+                "add_document",
+                json!({"agent": agent, "name": name, "text": text}),
+                false,
+            )
         }
         DocumentsAction::List { agent, at } => op(&at, "list_documents", json!({"agent": agent}), false),
-        DocumentsAction::Remove { agent, id, at } => op(&at, "remove_document", json!({"agent": agent, "id": id}), false),
+        DocumentsAction::Remove { agent, id, at } => {
+            op(&at, "remove_document", json!({"agent": agent, "id": id}), false)
+        }
     }
 }
 

@@ -31,7 +31,12 @@ fn a_nan_or_negative_now_is_an_invalid_argument_and_stores_nothing() {
     let mut c = d.client();
     // A raw MessagePack float64 NaN (and infinities): JSON cannot hold them, so before the fix
     // they read as "absent" and the daemon's clock was used instead.
-    for (id, now) in [(11u64, f64::NAN), (12, f64::INFINITY), (13, f64::NEG_INFINITY), (14, -1.0)] {
+    for (id, now) in [
+        (11u64, f64::NAN),
+        (12, f64::INFINITY),
+        (13, f64::NEG_INFINITY),
+        (14, -1.0),
+    ] {
         let body = rmp_serde::to_vec_named(&Body {
             id,
             op: "decorate",
@@ -47,12 +52,19 @@ fn a_nan_or_negative_now_is_an_invalid_argument_and_stores_nothing() {
         assert_eq!(reply.id, id, "the reply names the request");
         let err = reply.err.unwrap_or_else(|| panic!("now={now} was accepted"));
         assert_eq!(err.code.as_str(), "invalid_argument", "now={now}: {}", err.message);
-        assert!(err.message.contains("now"), "the message names the field: {}", err.message);
+        assert!(
+            err.message.contains("now"),
+            "the message names the field: {}",
+            err.message
+        );
     }
     assert_eq!(code(c.call("export", json!({"memory": "clock"}))), "not_found");
     // The connection goes on and a finite `now` works.
-    c.call("decorate", json!({"memory": "clock", "request": hello_request(), "now": 1000.0}))
-        .unwrap();
+    c.call(
+        "decorate",
+        json!({"memory": "clock", "request": hello_request(), "now": 1000.0}),
+    )
+    .unwrap();
 }
 
 #[test]
@@ -71,11 +83,16 @@ fn a_chat_tool_output_without_its_call_is_refused_naming_the_message() {
     assert_eq!(err.code(), Some("invalid_argument"), "{err}");
     let text = err.to_string();
     assert!(text.contains("messages[2]") && text.contains("call_9"), "{text}");
-    assert_eq!(code(c.call("export", json!({"memory": "t"}))), "not_found", "nothing stored");
+    assert_eq!(
+        code(c.call("export", json!({"memory": "t"}))),
+        "not_found",
+        "nothing stored"
+    );
 
     // A call answered with another id is refused too, also when the memory exists.
     let first = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "Weather?"}]});
-    c.call("decorate", json!({"memory": "t", "request": first, "now": 1001.0})).unwrap();
+    c.call("decorate", json!({"memory": "t", "request": first, "now": 1001.0}))
+        .unwrap();
     let mismatched = json!({"model": "gpt-4o", "messages": [
         {"role": "user", "content": "Weather?"},
         {"role": "assistant", "content": null, "tool_calls": [
@@ -88,7 +105,11 @@ fn a_chat_tool_output_without_its_call_is_refused_naming_the_message() {
     assert_eq!(err.code(), Some("invalid_argument"), "{err}");
     assert!(err.to_string().contains("messages[2]"), "{err}");
     let export = c.call("export", json!({"memory": "t"})).unwrap();
-    assert_eq!(export["messages"].as_array().unwrap().len(), 1, "only the first request stored");
+    assert_eq!(
+        export["messages"].as_array().unwrap().len(),
+        1,
+        "only the first request stored"
+    );
 
     // A proper pair is stored, and a later delta may answer a call stored earlier.
     let paired = json!({"model": "gpt-4o", "messages": [
@@ -96,12 +117,16 @@ fn a_chat_tool_output_without_its_call_is_refused_naming_the_message() {
         {"role": "assistant", "content": null, "tool_calls": [
             {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}]},
     ]});
-    c.call("decorate", json!({"memory": "t", "request": paired, "now": 1003.0})).unwrap();
+    c.call("decorate", json!({"memory": "t", "request": paired, "now": 1003.0}))
+        .unwrap();
     let delta = json!({"model": "gpt-4o", "messages": [
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
     ]});
     let r = c
-        .call("decorate", json!({"memory": "t", "request": delta, "now": 1004.0, "history": "delta"}))
+        .call(
+            "decorate",
+            json!({"memory": "t", "request": delta, "now": 1004.0, "history": "delta"}),
+        )
         .unwrap();
     assert_eq!(r["info"]["stored"], 1);
 }

@@ -71,8 +71,11 @@ impl Agent {
                 .collect();
             let call = json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("{}-note-{}", self.memory, self.turn),
                 "type": "function", "function": {"name": "note", "arguments": json!({"notes": leaving}).to_string()}}]});
-            if c.call("report", json!({"memory": self.memory, "now": self.now + 1.0, "response": reply(call)}))
-                .is_err()
+            if c.call(
+                "report",
+                json!({"memory": self.memory, "now": self.now + 1.0, "response": reply(call)}),
+            )
+            .is_err()
             {
                 return false;
             }
@@ -184,7 +187,11 @@ fn kill_9_while_lanes_are_busy_loses_nothing_and_runs_every_job_once() {
             total_facts += 1;
         }
         let twice: Vec<_> = per_note.iter().filter(|(_, n)| **n > 1).collect();
-        assert!(twice.is_empty(), "{}: a note's facts were written twice: {twice:?}", a.memory);
+        assert!(
+            twice.is_empty(),
+            "{}: a note's facts were written twice: {twice:?}",
+            a.memory
+        );
         let note_ids: Vec<&str> = export["messages"]
             .as_array()
             .unwrap()
@@ -193,7 +200,12 @@ fn kill_9_while_lanes_are_busy_loses_nothing_and_runs_every_job_once() {
             .filter_map(|m| m["message"]["tool_calls"][0]["id"].as_str())
             .collect();
         let unique: HashSet<&&str> = note_ids.iter().collect();
-        assert_eq!(unique.len(), note_ids.len(), "{}: a note call was taken twice", a.memory);
+        assert_eq!(
+            unique.len(),
+            note_ids.len(),
+            "{}: a note call was taken twice",
+            a.memory
+        );
         // No trace twice: a fact is judged once against an episode, a restatement counted once.
         let mut seen = HashSet::new();
         for t in export["traces"].as_array().unwrap() {

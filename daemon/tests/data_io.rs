@@ -12,9 +12,17 @@ use serde_json::{json, Value};
 use util::{bin, code, indexed_ids, Daemon};
 
 fn cli(args: &[&str]) -> (bool, Value, String) {
-    let out = Command::new(bin()).args(args).env_remove("RECALLD_CONFIG").output().unwrap();
+    let out = Command::new(bin())
+        .args(args)
+        .env_remove("RECALLD_CONFIG")
+        .output()
+        .unwrap();
     let stdout: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-    (out.status.success(), stdout, String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        stdout,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn len(v: &Value, key: &str) -> u64 {
@@ -49,7 +57,11 @@ fn forget_removes_every_record_of_one_memory_and_backup_restore_round_trips() {
     assert_eq!(removed["traces"].as_u64().unwrap_or(0), len(&before, "traces"));
     assert_eq!(code(c.call("export", json!({"memory": "gone"}))), "not_found");
     assert_eq!(code(c.call("forget_memory", json!({"memory": "gone"}))), "not_found");
-    assert_eq!(c.call("export", json!({"memory": "keep"})).unwrap(), before_keep, "a neighbour untouched");
+    assert_eq!(
+        c.call("export", json!({"memory": "keep"})).unwrap(),
+        before_keep,
+        "a neighbour untouched"
+    );
 
     // A backup while the daemon serves (and a client keeps writing).
     let backup = d.dir.path().join("backup-1");
@@ -66,20 +78,41 @@ fn forget_removes_every_record_of_one_memory_and_backup_restore_round_trips() {
     // Nothing of the forgotten memory is left in any table (whatever it is named inside).
     {
         let store = Store::open(&d.data, &StoreOptions::default()).unwrap();
-        let left = store.read(|r| r.memory_entries(&format!("u{}/gone", unsafe { libc::geteuid() }))).unwrap();
+        let left = store
+            .read(|r| r.memory_entries(&format!("u{}/gone", unsafe { libc::geteuid() })))
+            .unwrap();
         assert_eq!(left, 0);
-        let kept = store.read(|r| r.memory_entries(&format!("u{}/keep", unsafe { libc::geteuid() }))).unwrap();
+        let kept = store
+            .read(|r| r.memory_entries(&format!("u{}/keep", unsafe { libc::geteuid() })))
+            .unwrap();
         assert!(kept > 0);
     }
 
     // Restore is refused while a daemon serves, then puts the backup in place.
     d.spawn(&[]);
-    let (ok, _, err) = cli(&["restore", backup.to_str().unwrap(), "--data", &data, "--socket", &socket]);
+    let (ok, _, err) = cli(&[
+        "restore",
+        backup.to_str().unwrap(),
+        "--data",
+        &data,
+        "--socket",
+        &socket,
+    ]);
     assert!(!ok && err.contains("stop it"), "{err}");
     assert_eq!(d.stop(), Some(0));
-    let (ok, restored, err) = cli(&["restore", backup.to_str().unwrap(), "--data", &data, "--socket", &socket]);
+    let (ok, restored, err) = cli(&[
+        "restore",
+        backup.to_str().unwrap(),
+        "--data",
+        &data,
+        "--socket",
+        &socket,
+    ]);
     assert!(ok, "{err}");
-    assert!(restored["replaced_file_kept_at"].is_string(), "the replaced file is kept");
+    assert!(
+        restored["replaced_file_kept_at"].is_string(),
+        "the replaced file is kept"
+    );
     d.spawn(&[]);
     let mut c = d.client();
     assert_eq!(c.call("export", json!({"memory": "keep"})).unwrap(), before_keep);
@@ -219,7 +252,14 @@ fn after_forget_memory_no_search_finds_anything_of_it() {
     assert!(len(&before, "facts") >= 12, "{}", len(&before, "facts"));
     assert!(len(&before, "passages") > 0, "sealed episodes were cut into passages");
     let dir = recalld::index::memory_dir(&index, &gone_id);
-    let files = ["marks.json", "words", "vectors.usearch", "vectors.keys", "entities.usearch", "entities.keys"];
+    let files = [
+        "marks.json",
+        "words",
+        "vectors.usearch",
+        "vectors.keys",
+        "entities.usearch",
+        "entities.keys",
+    ];
     for f in files {
         assert!(
             dir.join(f).exists(),

@@ -59,11 +59,20 @@ fn until_answered(
 
 #[test]
 fn sigkill_at_random_points_loses_no_acknowledged_report_and_duplicates_nothing() {
-    let kills: u64 = std::env::var("RECALLD_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(50);
+    let kills: u64 = std::env::var("RECALLD_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
     let seed: u64 = std::env::var("RECALLD_KILL_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1);
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
     eprintln!("kill loop: {kills} kills, RECALLD_KILL_SEED={seed}");
     let mut rng = Rng(seed);
     // Fact scoring judges each new fact against the most recent episodes only, so the lanes
@@ -100,7 +109,12 @@ fn sigkill_at_random_points_loses_no_acknowledged_report_and_duplicates_nothing(
                 until_answered(&socket, &mut conn, |c| convo.decorate_again(c));
                 until_answered(&socket, &mut conn, |c| convo.report_once(c));
                 convo.acknowledge_report();
-                acked.lock().unwrap().entry(convo.memory.clone()).or_default().push(convo.turn);
+                acked
+                    .lock()
+                    .unwrap()
+                    .entry(convo.memory.clone())
+                    .or_default()
+                    .push(convo.turn);
                 acknowledged.fetch_add(1, Ordering::Relaxed);
             }
             convos
@@ -128,17 +142,27 @@ fn sigkill_at_random_points_loses_no_acknowledged_report_and_duplicates_nothing(
         elapsed.as_secs_f64(),
         restarts.as_secs_f64() * 1000.0 / kills.max(1) as f64
     );
-    assert!(total >= kills / 2, "the clients made progress between kills ({total} reports)");
+    assert!(
+        total >= kills / 2,
+        "the clients made progress between kills ({total} reports)"
+    );
 
     let mut c = d.client();
     let t = Instant::now();
     convo::drain(&mut c);
-    eprintln!("kill loop: lanes drained {:.1} s after the last restart", t.elapsed().as_secs_f64());
+    eprintln!(
+        "kill loop: lanes drained {:.1} s after the last restart",
+        t.elapsed().as_secs_f64()
+    );
     let acked = acked.lock().unwrap();
     let mut exports = BTreeMap::new();
     for convo in &convos {
         let export = c.call("export", json!({"memory": convo.memory})).unwrap();
-        check(convo, &export, acked.get(&convo.memory).map(Vec::as_slice).unwrap_or_default());
+        check(
+            convo,
+            &export,
+            acked.get(&convo.memory).map(Vec::as_slice).unwrap_or_default(),
+        );
         exports.insert(convo.memory.clone(), export);
     }
     d.stop();
@@ -154,7 +178,9 @@ fn check_indexes(root: &std::path::Path, exports: &BTreeMap<String, Value>) {
     let entities = recalld::index::vectors::Vectors::open(root, 384, "entities").unwrap();
     let mut checked = 0;
     for dir in std::fs::read_dir(root).unwrap() {
-        let Ok(id) = std::fs::read_to_string(dir.unwrap().path().join("memory.id")) else { continue };
+        let Ok(id) = std::fs::read_to_string(dir.unwrap().path().join("memory.id")) else {
+            continue;
+        };
         // The daemon's id is qualified by the caller's namespace ("u<uid>/").
         let name = id.split_once('/').map_or(id.as_str(), |(_, n)| n);
         let export = &exports[name];
@@ -166,7 +192,11 @@ fn check_indexes(root: &std::path::Path, exports: &BTreeMap<String, Value>) {
         held.sort_unstable();
         assert_eq!(held, want, "{name}: the vector index holds what the store does");
         let want: Vec<u64> = (0..export["entities"].as_array().unwrap().len() as u64).collect();
-        assert_eq!(entities.ids(&id).unwrap(), want, "{name}: the entity index holds every entity");
+        assert_eq!(
+            entities.ids(&id).unwrap(),
+            want,
+            "{name}: the entity index holds every entity"
+        );
         checked += 1;
     }
     assert!(checked > 0, "no memory had indexes: nothing was checked");
@@ -176,7 +206,10 @@ fn check(convo: &Convo, export: &Value, acked: &[u64]) {
     let memory = &convo.memory;
     let messages = export["messages"].as_array().unwrap();
     // Every acknowledged report is there, once, after its user message.
-    let active: Vec<&Value> = messages.iter().filter(|m| m["superseded_at"].is_null() && m["note"] == false).collect();
+    let active: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m["superseded_at"].is_null() && m["note"] == false)
+        .collect();
     let texts: Vec<String> = active
         .iter()
         .map(|m| m["message"]["content"].as_str().unwrap_or_default().to_string())
@@ -188,7 +221,10 @@ fn check(convo: &Convo, export: &Value, acked: &[u64]) {
             expected.push(format!("Noted turn {t} for {memory}."));
         }
     }
-    assert_eq!(texts, expected, "{memory}: the stored history is exactly the acknowledged conversation");
+    assert_eq!(
+        texts, expected,
+        "{memory}: the stored history is exactly the acknowledged conversation"
+    );
     assert!(
         messages.iter().all(|m| m["superseded_at"].is_null()),
         "{memory}: a retry was taken for an edit"
@@ -197,13 +233,21 @@ fn check(convo: &Convo, export: &Value, acked: &[u64]) {
     let mut calls = HashSet::new();
     for m in messages.iter().filter(|m| m["note"] == true) {
         for call in m["message"]["tool_calls"].as_array().into_iter().flatten() {
-            assert!(calls.insert(call["id"].as_str().unwrap().to_string()), "{memory}: note call {} twice", call["id"]);
+            assert!(
+                calls.insert(call["id"].as_str().unwrap().to_string()),
+                "{memory}: note call {} twice",
+                call["id"]
+            );
         }
     }
     // Facts: one per acknowledged turn's note, never two.
     let mut notes = HashSet::new();
     for f in export["facts"].as_array().unwrap() {
-        assert!(notes.insert(f["note"].as_str().unwrap().to_string()), "{memory}: fact {} twice", f["note"]);
+        assert!(
+            notes.insert(f["note"].as_str().unwrap().to_string()),
+            "{memory}: fact {} twice",
+            f["note"]
+        );
     }
     for t in acked.iter().filter(|t| convo.notes_on(**t)) {
         assert!(

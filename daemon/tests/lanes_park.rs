@@ -5,9 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use recalld::engine::{Engine, EngineConfig};
-use recalld::models::{
-    BoundaryScore, CallCtx, Embedder, Judge, ModelError, ModelId, Models, Relation, WalkLevel,
-};
+use recalld::models::{BoundaryScore, CallCtx, Embedder, Judge, ModelError, ModelId, Models, Relation, WalkLevel};
 use recalld::store::{Store, StoreOptions};
 use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
 use serde_json::{json, Value};
@@ -216,7 +214,10 @@ fn a_job_that_fails_three_times_is_parked_and_the_memory_goes_on() {
     // `quiet` does not wait for a job that will never run again.
     let started = std::time::Instant::now();
     assert_eq!(engine.quiet(MEMORY, 5_000).unwrap(), json!({"jobs": 0, "parked": 1}));
-    assert!(started.elapsed() < std::time::Duration::from_secs(2), "quiet waited for a parked job");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "quiet waited for a parked job"
+    );
     let stats = engine.stats().unwrap();
     assert_eq!(stats["lanes"]["jobs_run"], 2);
     assert_eq!(stats["lanes"]["failures"], 3);

@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 
 use recalld::engine::{Engine, EngineConfig};
 use recalld::lanes::Lanes;
-use recalld::models::{
-    BoundaryScore, CallCtx, Embedder, Judge, ModelError, ModelId, Models, Relation, WalkLevel,
-};
+use recalld::models::{BoundaryScore, CallCtx, Embedder, Judge, ModelError, ModelId, Models, Relation, WalkLevel};
 use recalld::store::{Store, StoreOptions};
 use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
 use serde_json::{json, Value};
@@ -225,12 +223,18 @@ fn decorate_and_report_answer_while_a_lane_job_is_mid_judgment() {
         let e = engine.clone();
         let text = format!("noted {turn}");
         let fact = format!("Acme disputed invoice INV-{turn}.");
-        let answered = within(Duration::from_secs(5), move || report(&e, "m", &text, Some(&fact), now + 1.0));
+        let answered = within(Duration::from_secs(5), move || {
+            report(&e, "m", &text, Some(&fact), now + 1.0)
+        });
         assert!(answered.is_some(), "report waited on the lane's judge");
         history.push(json!({"role": "assistant", "content": format!("noted {turn}")}));
         now += 60.0;
     }
-    assert_eq!(judge.boundary_calls.load(Ordering::SeqCst), 0, "the gate held the judge");
+    assert_eq!(
+        judge.boundary_calls.load(Ordering::SeqCst),
+        0,
+        "the gate held the judge"
+    );
     gate.open();
     drain(&engine);
     lanes.stop();
@@ -279,10 +283,20 @@ fn with_four_workers_and_many_notices_every_job_runs_once() {
     for m in &memories {
         let export = engine.export(m).unwrap();
         let mut seen = HashSet::new();
-        for t in export["traces"].as_array().unwrap().iter().filter(|t| t["kind"] == "fact") {
+        for t in export["traces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["kind"] == "fact")
+        {
             fact_traces += 1;
             let key = (t["episode"].as_u64().unwrap(), t["fact"].as_u64().unwrap());
-            assert!(seen.insert(key), "{m}: fact {} judged twice against episode {}", key.1, key.0);
+            assert!(
+                seen.insert(key),
+                "{m}: fact {} judged twice against episode {}",
+                key.1,
+                key.0
+            );
         }
         assert!(!seen.is_empty(), "{m}: its facts were judged");
     }
@@ -332,9 +346,9 @@ fn cuts_use_the_boundary_scores_the_lane_stored() {
         .skip(1)
         .filter(|e| {
             let seq = e["first_seq"].as_u64().unwrap();
-            messages.iter().any(|m| {
-                m["seq"] == seq && m["message"]["content"].as_str().is_some_and(|c| c.contains("topic"))
-            })
+            messages
+                .iter()
+                .any(|m| m["seq"] == seq && m["message"]["content"].as_str().is_some_and(|c| c.contains("topic")))
         })
         .count();
     assert!(

@@ -26,7 +26,10 @@ fn metrics_count_requests_latency_errors_and_gauges() {
     for _ in 0..3 {
         convo.turn_trip(&mut c).unwrap();
     }
-    assert_eq!(code(c.call("decorate", json!({"memory": "m", "request": {}}))), "invalid_argument");
+    assert_eq!(
+        code(c.call("decorate", json!({"memory": "m", "request": {}}))),
+        "invalid_argument"
+    );
     assert_eq!(code(c.call("no_such_op", json!({}))), "unknown_op");
 
     let m = c.call("metrics", json!({})).unwrap();
@@ -47,16 +50,30 @@ fn metrics_count_requests_latency_errors_and_gauges() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
     assert_eq!(sample(&text, "recalld_requests_total{op=\"decorate\"}"), 4.0);
-    assert_eq!(sample(&text, "recalld_request_duration_seconds_count{op=\"report\"}"), 3.0);
-    assert_eq!(sample(&text, "recalld_request_duration_seconds_bucket{op=\"report\",le=\"+Inf\"}"), 3.0);
+    assert_eq!(
+        sample(&text, "recalld_request_duration_seconds_count{op=\"report\"}"),
+        3.0
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "recalld_request_duration_seconds_bucket{op=\"report\",le=\"+Inf\"}"
+        ),
+        3.0
+    );
     assert_eq!(sample(&text, "recalld_errors_total{code=\"unknown_op\"}"), 1.0);
-    assert!(sample(&text, "recalld_connections_open") >= 2.0, "this client and the CLI's");
+    assert!(
+        sample(&text, "recalld_connections_open") >= 2.0,
+        "this client and the CLI's"
+    );
     assert!(sample(&text, "recalld_store_bytes") > 0.0);
     assert!(sample(&text, "recalld_lane_jobs") >= 0.0);
     assert!(text.contains("# TYPE recalld_request_duration_seconds histogram"));
     // Every line is a comment or `name{labels} value`.
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let (_, value) = line.rsplit_once(' ').unwrap();
-        value.parse::<f64>().unwrap_or_else(|_| panic!("bad sample line {line:?}"));
+        value
+            .parse::<f64>()
+            .unwrap_or_else(|_| panic!("bad sample line {line:?}"));
     }
 }

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use recalld::models::{
-    BoundaryScore, CallCtx, Embedder, EmbedderConfig, Judge, JudgeConfig, ModelError, NamePair, OpenAiEmbedder, OpenAiJudge,
-    Provider, Relation, Usage, WalkLevel,
+    BoundaryScore, CallCtx, Embedder, EmbedderConfig, Judge, JudgeConfig, ModelError, NamePair, OpenAiEmbedder,
+    OpenAiJudge, Provider, Relation, Usage, WalkLevel,
 };
 use serde_json::{json, Value};
 
@@ -299,7 +299,11 @@ fn models_openai_judge_asks_once_whether_a_fact_is_about_each_of_several_episode
     )]);
     let usage = Arc::new(Usage::default());
     let j = OpenAiJudge::new(&judge_cfg(&server.url), usage.clone()).unwrap();
-    let episodes = vec![vec!["kayak rental closes early"], vec![], vec!["dentist moved to Friday", "bring the card"]];
+    let episodes = vec![
+        vec!["kayak rental closes early"],
+        vec![],
+        vec!["dentist moved to Friday", "bring the card"],
+    ];
     assert_eq!(
         j.about_each(&CTX, "the kayak rental", &episodes).unwrap(),
         vec![(0.9, true), (0.0, false), (0.2, false)]
@@ -308,7 +312,10 @@ fn models_openai_judge_asks_once_whether_a_fact_is_about_each_of_several_episode
     assert_eq!(seen.len(), 1, "one call for all the episodes");
     assert_eq!(seen[0].body["response_format"]["json_schema"]["name"], "about_each");
     let prompt = seen[0].body["messages"][1]["content"].as_str().unwrap();
-    assert!(prompt.contains("Episode 0:") && prompt.contains("Episode 1:") && !prompt.contains("Episode 2:"), "{prompt}");
+    assert!(
+        prompt.contains("Episode 0:") && prompt.contains("Episode 1:") && !prompt.contains("Episode 2:"),
+        "{prompt}"
+    );
     assert!(prompt.contains("for each of the 2 episodes"), "{prompt}");
     assert_eq!(usage.memory("mem-a").judge_calls, 1);
     // A wrong count is refused, never padded (asked twice: the retry after a malformed answer).
@@ -331,31 +338,56 @@ fn models_openai_judge_compares_a_new_fact_with_its_held_facts_in_one_call() {
         j.relation_each(&CTX, "Mia lives in Bergen now", &held).unwrap(),
         vec![Relation::Contradicts, Relation::Unrelated, Relation::Restates]
     );
-    assert!(j.relation_each(&CTX, "anything", &[]).unwrap().is_empty(), "nothing held: no call");
+    assert!(
+        j.relation_each(&CTX, "anything", &[]).unwrap().is_empty(),
+        "nothing held: no call"
+    );
     let seen = server.seen();
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].body["response_format"]["json_schema"]["name"], "relation_each");
     let prompt = seen[0].body["messages"][1]["content"].as_str().unwrap();
-    assert!(prompt.contains("for each of the 3 held facts") && prompt.contains("Mia has a dog"), "{prompt}");
+    assert!(
+        prompt.contains("for each of the 3 held facts") && prompt.contains("Mia has a dog"),
+        "{prompt}"
+    );
 }
 
 #[test]
 fn models_openai_judge_settles_every_close_name_of_a_job_in_one_call() {
-    let server = Server::start(vec![chat(r#"{"pairs": [{"pair": 1, "same": false}, {"pair": 0, "same": true}]}"#)]);
+    let server = Server::start(vec![chat(
+        r#"{"pairs": [{"pair": 1, "same": false}, {"pair": 0, "same": true}]}"#,
+    )]);
     let j = OpenAiJudge::new(&judge_cfg(&server.url), Arc::new(Usage::default())).unwrap();
-    let (marathon, priya) = (vec!["the marathon".to_string()], vec!["Priya".to_string(), "Priya Shah".to_string()]);
+    let (marathon, priya) = (
+        vec!["the marathon".to_string()],
+        vec!["Priya".to_string(), "Priya Shah".to_string()],
+    );
     let pairs = [
-        NamePair { name: "marathon race", fact: "Marathon race numbers are handed out on Friday.", held: &marathon },
-        NamePair { name: "Priya's sister", fact: "Priya's sister joins the charity run.", held: &priya },
+        NamePair {
+            name: "marathon race",
+            fact: "Marathon race numbers are handed out on Friday.",
+            held: &marathon,
+        },
+        NamePair {
+            name: "Priya's sister",
+            fact: "Priya's sister joins the charity run.",
+            held: &priya,
+        },
     ];
     assert_eq!(j.same_entity_each(&CTX, &pairs).unwrap(), vec![true, false]);
     assert!(j.same_entity_each(&CTX, &[]).unwrap().is_empty(), "no names: no call");
     let seen = server.seen();
     assert_eq!(seen.len(), 1);
-    assert_eq!(seen[0].body["response_format"]["json_schema"]["name"], "same_entity_each");
+    assert_eq!(
+        seen[0].body["response_format"]["json_schema"]["name"],
+        "same_entity_each"
+    );
     let prompt = seen[0].body["messages"][1]["content"].as_str().unwrap();
     assert!(prompt.contains("for each of the 2 pairs"), "{prompt}");
-    assert!(prompt.contains(r#""Priya", "Priya Shah""#) && prompt.contains("charity run"), "{prompt}");
+    assert!(
+        prompt.contains(r#""Priya", "Priya Shah""#) && prompt.contains("charity run"),
+        "{prompt}"
+    );
 }
 
 #[test]
@@ -508,19 +540,29 @@ fn models_openai_concurrency_is_bounded() {
 #[test]
 fn models_openai_judge_extracts_facts_and_refuses_unknown_kinds() {
     let server = Server::start(vec![
-        chat(r#"{"facts": [{"note": "Alex's staging database is in Sydney.", "subject": "staging database", "object": "Sydney", "kind": "environment"}]}"#),
+        chat(
+            r#"{"facts": [{"note": "Alex's staging database is in Sydney.", "subject": "staging database", "object": "Sydney", "kind": "environment"}]}"#,
+        ),
         chat(r#"{"facts": []}"#),
         chat(r#"{"facts": [{"note": "x", "subject": "a", "object": "b", "kind": "gossip"}]}"#),
     ]);
     let usage = Arc::new(Usage::default());
     let j = OpenAiJudge::new(&judge_cfg(&server.url), usage).unwrap();
-    let facts = j.extract(&CTX, "user: staging lives in Sydney now\nassistant: noted").unwrap();
+    let facts = j
+        .extract(&CTX, "user: staging lives in Sydney now\nassistant: noted")
+        .unwrap();
     assert_eq!(facts.len(), 1);
-    assert_eq!((facts[0].kind.as_str(), facts[0].object.as_str()), ("environment", "Sydney"));
+    assert_eq!(
+        (facts[0].kind.as_str(), facts[0].object.as_str()),
+        ("environment", "Sydney")
+    );
     assert!(j.extract(&CTX, "user: thanks\nassistant: bye").unwrap().is_empty());
     // A kind outside the list is malformed (asked again, then an error): never stored as is.
     assert!(matches!(j.extract(&CTX, "user: gossip"), Err(ModelError::Malformed(_))));
-    assert_eq!(server.seen()[0].body["response_format"]["json_schema"]["name"], "extract");
+    assert_eq!(
+        server.seen()[0].body["response_format"]["json_schema"]["name"],
+        "extract"
+    );
     // Nothing to read needs no call.
     assert!(j.extract(&CTX, "  ").unwrap().is_empty());
     assert_eq!(server.seen().len(), 4);

@@ -17,7 +17,13 @@ const SHARER: &str = "recalld-t-sharer";
 const GROUP: &str = "recalld-t-share";
 
 fn ensure_group(name: &str) {
-    if !Command::new("getent").args(["group", name]).output().unwrap().status.success() {
+    if !Command::new("getent")
+        .args(["group", name])
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
         let st = Command::new("groupadd").args(["--system", name]).status().unwrap();
         assert!(st.success(), "groupadd {name}");
     }
@@ -25,9 +31,21 @@ fn ensure_group(name: &str) {
 
 /// Creates the user if missing; returns (uid, gid).
 fn ensure_user(name: &str, groups: &[&str]) -> (u32, u32) {
-    if !Command::new("getent").args(["passwd", name]).output().unwrap().status.success() {
+    if !Command::new("getent")
+        .args(["passwd", name])
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
         let mut cmd = Command::new("useradd");
-        cmd.args(["--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin"]);
+        cmd.args([
+            "--system",
+            "--no-create-home",
+            "--user-group",
+            "--shell",
+            "/usr/sbin/nologin",
+        ]);
         if !groups.is_empty() {
             cmd.arg("--groups").arg(groups.join(","));
         }
@@ -93,22 +111,41 @@ fn each_uid_has_its_own_memories_and_a_share_rule_opens_an_agents_to_a_group() {
     ));
     std::fs::set_permissions(d.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
 
-    call_as(agent, &d, "decorate", json!({"memory": "notes", "request": chat("agent secret"), "now": 1000.0}))
-        .unwrap();
+    call_as(
+        agent,
+        &d,
+        "decorate",
+        json!({"memory": "notes", "request": chat("agent secret"), "now": 1000.0}),
+    )
+    .unwrap();
     // Another uid cannot see it, by any op, and learns nothing about its existence.
-    assert_eq!(call_as(other, &d, "export", json!({"memory": "notes"})).unwrap_err(), "not_found");
+    assert_eq!(
+        call_as(other, &d, "export", json!({"memory": "notes"})).unwrap_err(),
+        "not_found"
+    );
     assert_eq!(
         call_as(other, &d, "forget_memory", json!({"memory": "notes"})).unwrap_err(),
         "not_found"
     );
     let ns_guess = format!("u{}/notes", agent.0);
-    assert_eq!(call_as(other, &d, "export", json!({"memory": ns_guess})).unwrap_err(), "not_found");
+    assert_eq!(
+        call_as(other, &d, "export", json!({"memory": ns_guess})).unwrap_err(),
+        "not_found"
+    );
     // The same name is its own memory for the other uid.
-    call_as(other, &d, "decorate", json!({"memory": "notes", "request": chat("other's words"), "now": 1001.0}))
-        .unwrap();
+    call_as(
+        other,
+        &d,
+        "decorate",
+        json!({"memory": "notes", "request": chat("other's words"), "now": 1001.0}),
+    )
+    .unwrap();
     let theirs = call_as(other, &d, "export", json!({"memory": "notes"})).unwrap();
     assert_eq!(texts(&theirs), vec!["other's words"]);
-    assert_eq!(theirs["memory"], "notes", "the caller's name comes back, not the namespace");
+    assert_eq!(
+        theirs["memory"], "notes",
+        "the caller's name comes back, not the namespace"
+    );
     let mine = call_as(agent, &d, "export", json!({"memory": "notes"})).unwrap();
     assert_eq!(texts(&mine), vec!["agent secret"]);
     // Root connecting has a namespace of its own too.
@@ -119,6 +156,12 @@ fn each_uid_has_its_own_memories_and_a_share_rule_opens_an_agents_to_a_group() {
     // Forgetting one uid's memory leaves the other's.
     let receipt = call_as(other, &d, "forget_memory", json!({"memory": "notes"})).unwrap();
     assert_eq!(receipt["memory"], "notes");
-    assert_eq!(call_as(other, &d, "export", json!({"memory": "notes"})).unwrap_err(), "not_found");
-    assert_eq!(texts(&call_as(agent, &d, "export", json!({"memory": "notes"})).unwrap()), vec!["agent secret"]);
+    assert_eq!(
+        call_as(other, &d, "export", json!({"memory": "notes"})).unwrap_err(),
+        "not_found"
+    );
+    assert_eq!(
+        texts(&call_as(agent, &d, "export", json!({"memory": "notes"})).unwrap()),
+        vec!["agent secret"]
+    );
 }

@@ -335,5 +335,8 @@ fn an_unrelated_memory_recalls_nothing_and_a_fresh_memory_needs_no_embedding() {
     assert!(r["info"]["recall"].is_null(), "{}", r["info"]["recall"]);
     assert!(recall_block(&r["request"]).is_none());
     let stats = c.client.call("stats", json!({})).unwrap();
-    assert_eq!(stats["recall_embeddings_dropped"], 0, "nothing was embedded, nothing dropped");
+    assert_eq!(
+        stats["recall_embeddings_dropped"], 0,
+        "nothing was embedded, nothing dropped"
+    );
 }

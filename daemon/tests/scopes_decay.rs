@@ -19,7 +19,10 @@ struct LetterEmbedder;
 
 impl Embedder for LetterEmbedder {
     fn id(&self) -> ModelId {
-        ModelId { name: "test-letters".into(), dim: 26 }
+        ModelId {
+            name: "test-letters".into(),
+            dim: 26,
+        }
     }
     fn embed(&self, _: &CallCtx, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
         Ok(texts
@@ -79,7 +82,10 @@ struct Setup {
 }
 
 fn setup() -> Setup {
-    setup_with(EngineConfig { recall: false, ..EngineConfig::default() })
+    setup_with(EngineConfig {
+        recall: false,
+        ..EngineConfig::default()
+    })
 }
 
 fn setup_with(config: EngineConfig) -> Setup {
@@ -87,7 +93,10 @@ fn setup_with(config: EngineConfig) -> Setup {
     let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
     let embedder: Arc<dyn Embedder> = Arc::new(LetterEmbedder);
     let models = Models::with(embedder, city_judge());
-    Setup { engine: Engine::new(store, Some(models), config), _dir: dir }
+    Setup {
+        engine: Engine::new(store, Some(models), config),
+        _dir: dir,
+    }
 }
 
 fn decorate(e: &Engine, memory: &str, user: &str, text: &str, now: f64) -> Value {
@@ -108,26 +117,48 @@ fn decorate(e: &Engine, memory: &str, user: &str, text: &str, now: f64) -> Value
 /// A conversation: the user says `said`, the model notes `facts`, the conversation ends.
 fn conversation(e: &Engine, memory: &str, user: &str, said: &str, facts: &[&str], now: f64) -> Value {
     let info = decorate(e, memory, user, said, now);
-    let notes: Vec<Value> = facts.iter().map(|f| json!({"note": f, "subject": user, "object": "x", "milestone": false})).collect();
+    let notes: Vec<Value> = facts
+        .iter()
+        .map(|f| json!({"note": f, "subject": user, "object": "x", "milestone": false}))
+        .collect();
     let call = json!({"id": format!("n-{memory}"), "type": "function", "function": {"name": "note", "arguments": json!({"notes": notes}).to_string()}});
     let reply = json!({"id": "r", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0,
         "finish_reason": "stop", "message": {"role": "assistant", "content": "Noted.", "tool_calls": [call]}}]});
-    e.report(ReportArgs { memory: memory.into(), response: reply, now: Some(now + 1.0) }).unwrap();
+    e.report(ReportArgs {
+        memory: memory.into(),
+        response: reply,
+        now: Some(now + 1.0),
+    })
+    .unwrap();
     e.end(memory, Some(now + 2.0)).unwrap();
     while e.run_next_job(memory).unwrap() {}
     info
 }
 
 fn listed(e: &Engine, user: &str, filter: ListFilter, now: f64) -> Vec<Value> {
-    e.list_scope("coach", Some(user), filter, Some(now)).unwrap()["memories"].as_array().unwrap().clone()
+    e.list_scope("coach", Some(user), filter, Some(now)).unwrap()["memories"]
+        .as_array()
+        .unwrap()
+        .clone()
 }
 
 fn find<'a>(facts: &'a [Value], text: &str) -> &'a Value {
-    facts.iter().find(|f| f["text"] == text).unwrap_or_else(|| panic!("no {text:?} in {facts:#?}"))
+    facts
+        .iter()
+        .find(|f| f["text"] == text)
+        .unwrap_or_else(|| panic!("no {text:?} in {facts:#?}"))
 }
 
 fn live(e: &Engine) {
-    e.agent_settings("coach", AgentChanges { sweep_live: Some(true), ..Default::default() }, Some(T0)).unwrap();
+    e.agent_settings(
+        "coach",
+        AgentChanges {
+            sweep_live: Some(true),
+            ..Default::default()
+        },
+        Some(T0),
+    )
+    .unwrap();
 }
 
 const GENERAL: &str = "Alex plays chess on Sundays.";
@@ -141,7 +172,9 @@ fn each_domain_fades_on_its_own_schedule() {
     live(e);
     conversation(e, "c1", "alex", "hi", &[GENERAL, EMOTIONAL, EDUCATIONAL], T0);
     let freshness = |id: u64, at: f64| {
-        e.observe_scope("coach", Some("alex"), id, Some(at)).unwrap()["decay"]["freshness"].as_f64().unwrap()
+        e.observe_scope("coach", Some("alex"), id, Some(at)).unwrap()["decay"]["freshness"]
+            .as_f64()
+            .unwrap()
     };
     let all = listed(e, "alex", ListFilter::default(), T0);
     let (g, m, d) = (
@@ -157,14 +190,25 @@ fn each_domain_fades_on_its_own_schedule() {
     }
     // Month by month the general fact falls behind; it fades out at the policy's 90-day
     // retention (the plainest kind of fact), the emotional and educational ones stay.
-    let importance = |at: f64, text: &str| find(&listed(e, "alex", ListFilter::default(), at), text)["importance_now"].as_f64().unwrap();
+    let importance = |at: f64, text: &str| {
+        find(&listed(e, "alex", ListFilter::default(), at), text)["importance_now"]
+            .as_f64()
+            .unwrap()
+    };
     for month in [1.0, 2.0] {
         let at = T0 + month * 30.0 * DAY;
         assert!(importance(at, GENERAL) < importance(at, EDUCATIONAL), "month {month}");
         assert!(importance(at, GENERAL) < importance(at, EMOTIONAL), "month {month}");
     }
     let swept = e.sweep("coach", T0 + 89.0 * DAY).unwrap();
-    assert!(!swept["plan"].as_array().unwrap().iter().any(|p| p["action"] == "archive"), "{swept:#?}");
+    assert!(
+        !swept["plan"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["action"] == "archive"),
+        "{swept:#?}"
+    );
     let swept = e.sweep("coach", T0 + 91.0 * DAY).unwrap();
     let faded: Vec<u64> = swept["plan"]
         .as_array()
@@ -183,13 +227,25 @@ fn each_domain_fades_on_its_own_schedule() {
 
 #[test]
 fn a_policys_schedule_applies_to_its_agents_unless_an_agent_sets_its_own() {
-    let scopes: recalld::engine::scopes::ScopesConfig = toml::from_str("[decay_days.knowledge_worker]\ngeneral = 10.0\n").unwrap();
-    let s = setup_with(EngineConfig { recall: false, scopes, ..EngineConfig::default() });
+    let scopes: recalld::engine::scopes::ScopesConfig =
+        toml::from_str("[decay_days.knowledge_worker]\ngeneral = 10.0\n").unwrap();
+    let s = setup_with(EngineConfig {
+        recall: false,
+        scopes,
+        ..EngineConfig::default()
+    });
     let e = &s.engine;
     conversation(e, "c1", "alex", "hi", &[GENERAL, EMOTIONAL], T0);
     let all = listed(e, "alex", ListFilter::default(), T0);
     let observe = |text: &str, days: f64| {
-        e.observe_scope("coach", Some("alex"), find(&all, text)["id"].as_u64().unwrap(), Some(T0 + 1.0 + days * DAY)).unwrap()["decay"].clone()
+        e.observe_scope(
+            "coach",
+            Some("alex"),
+            find(&all, text)["id"].as_u64().unwrap(),
+            Some(T0 + 1.0 + days * DAY),
+        )
+        .unwrap()["decay"]
+            .clone()
     };
     // The knowledge worker policy's general facts halve in 10 days here; emotional ones keep
     // the seed's 90 (a domain the setting does not name).
@@ -198,8 +254,20 @@ fn a_policys_schedule_applies_to_its_agents_unless_an_agent_sets_its_own() {
     let agent = e.agent_settings("coach", AgentChanges::default(), Some(T0)).unwrap();
     assert_eq!(agent["decay_days"]["general"], 10.0, "{agent:#}");
     // An agent's own schedule wins over its policy's.
-    let own = recalld::engine::scopes::decay::Schedule { general: 40.0, emotional: 90.0, educational: 180.0 };
-    e.agent_settings("coach", AgentChanges { schedule: Some(own), ..Default::default() }, Some(T0)).unwrap();
+    let own = recalld::engine::scopes::decay::Schedule {
+        general: 40.0,
+        emotional: 90.0,
+        educational: 180.0,
+    };
+    e.agent_settings(
+        "coach",
+        AgentChanges {
+            schedule: Some(own),
+            ..Default::default()
+        },
+        Some(T0),
+    )
+    .unwrap();
     assert!((observe(GENERAL, 40.0)["freshness"].as_f64().unwrap() - 0.5).abs() < 1e-3);
 }
 
@@ -209,19 +277,47 @@ fn a_users_restores_and_deletes_teach_the_sweep_when_to_archive_their_facts() {
     let e = &s.engine;
     live(e);
     let archived = |swept: &Value| -> Vec<u64> {
-        swept["plan"].as_array().unwrap().iter().filter(|p| p["action"] == "archive").map(|p| p["id"].as_u64().unwrap()).collect()
+        swept["plan"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["action"] == "archive")
+            .map(|p| p["id"].as_u64().unwrap())
+            .collect()
     };
     let id = |user: &str, text: &str, at: f64| {
-        find(&listed(e, user, ListFilter { status: Some("all".into()), ..Default::default() }, at), text)["id"].as_u64().unwrap()
+        find(
+            &listed(
+                e,
+                user,
+                ListFilter {
+                    status: Some("all".into()),
+                    ..Default::default()
+                },
+                at,
+            ),
+            text,
+        )["id"]
+            .as_u64()
+            .unwrap()
     };
     conversation(e, "a1", "alex", "hi", &["Alex plays chess on Sundays."], T0);
     conversation(e, "b1", "bea", "hi", &["Bea plays chess on Sundays."], T0);
     // Past the retention both plain facts faded alike; Alex wants his back.
     let day91 = T0 + 91.0 * DAY;
     assert_eq!(archived(&e.sweep("coach", day91).unwrap()).len(), 2);
-    e.restore_scope_fact("coach", Some("alex"), id("alex", "Alex plays chess on Sundays.", day91), Some(day91)).unwrap();
+    e.restore_scope_fact(
+        "coach",
+        Some("alex"),
+        id("alex", "Alex plays chess on Sundays.", day91),
+        Some(day91),
+    )
+    .unwrap();
     let scale = |at: f64, text: &str| {
-        e.observe_scope("coach", Some("alex"), id("alex", text, at), Some(at)).unwrap()["decay"]["archive_scale"].as_f64().unwrap()
+        e.observe_scope("coach", Some("alex"), id("alex", text, at), Some(at))
+            .unwrap()["decay"]["archive_scale"]
+            .as_f64()
+            .unwrap()
     };
     assert_eq!(scale(day91, "Alex plays chess on Sundays."), 0.75);
     // The same kind of fact, said by both later, now fades later for Alex than for Bea.
@@ -230,10 +326,22 @@ fn a_users_restores_and_deletes_teach_the_sweep_when_to_archive_their_facts() {
     conversation(e, "b2", "bea", "hi", &["Bea walks the dog at seven."], later);
     let past = later + 92.0 * DAY;
     let gone = archived(&e.sweep("coach", past).unwrap());
-    assert!(gone.contains(&id("bea", "Bea walks the dog at seven.", past)), "{gone:?}");
-    assert!(!gone.contains(&id("alex", "Alex walks the dog at seven.", past)), "{gone:?}");
+    assert!(
+        gone.contains(&id("bea", "Bea walks the dog at seven.", past)),
+        "{gone:?}"
+    );
+    assert!(
+        !gone.contains(&id("alex", "Alex walks the dog at seven.", past)),
+        "{gone:?}"
+    );
     // Deleting by hand what the sweep kept past the retention teaches the other way.
-    e.delete_scope_fact("coach", Some("alex"), id("alex", "Alex walks the dog at seven.", past), Some(past)).unwrap();
+    e.delete_scope_fact(
+        "coach",
+        Some("alex"),
+        id("alex", "Alex walks the dog at seven.", past),
+        Some(past),
+    )
+    .unwrap();
     assert_eq!(scale(past, "Alex plays chess on Sundays."), 0.75 * 1.25);
 }
 
@@ -245,20 +353,37 @@ fn a_fact_used_often_and_confirmed_is_promoted_and_stops_fading() {
     conversation(e, "c1", "alex", "hi", &[GENERAL], T0);
     let id = listed(e, "alex", ListFilter::default(), T0)[0]["id"].as_u64().unwrap();
     // A person confirms it; it is looked up four times.
-    e.update_scope_fact("coach", Some("alex"), id, Correction::default(), Some(T0 + DAY)).unwrap();
+    e.update_scope_fact("coach", Some("alex"), id, Correction::default(), Some(T0 + DAY))
+        .unwrap();
     for i in 0..4 {
-        e.search_scope("coach", Some("alex"), "chess on Sundays", 5, None, Some(T0 + DAY + i as f64)).unwrap();
+        e.search_scope(
+            "coach",
+            Some("alex"),
+            "chess on Sundays",
+            5,
+            None,
+            Some(T0 + DAY + i as f64),
+        )
+        .unwrap();
     }
     // Too young at five days; promoted after a week.
     let swept = e.sweep("coach", T0 + 5.0 * DAY).unwrap();
     assert!(swept["promoted"].as_array().unwrap().is_empty());
     let swept = e.sweep("coach", T0 + 8.0 * DAY).unwrap();
-    let promoted = swept["promoted"][0]["to"].as_u64().unwrap_or_else(|| panic!("{swept:#?}"));
-    let seen = e.observe_scope("coach", Some("alex"), promoted, Some(T0 + 8.0 * DAY)).unwrap();
+    let promoted = swept["promoted"][0]["to"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{swept:#?}"));
+    let seen = e
+        .observe_scope("coach", Some("alex"), promoted, Some(T0 + 8.0 * DAY))
+        .unwrap();
     assert_eq!(seen["tier"], "semantic");
     assert_eq!(seen["sources"], json!([id]));
     let log = e.audit_log("coach", None, None, None).unwrap();
-    assert!(log["entries"].as_array().unwrap().iter().any(|a| a["action"] == "sweep" && a["detail"]["promoted"][0]["to"] == promoted));
+    assert!(log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a["action"] == "sweep" && a["detail"]["promoted"][0]["to"] == promoted));
     // A year on, the promoted fact is still there; the log it came from is its source.
     e.sweep("coach", T0 + 365.0 * DAY).unwrap();
     let left = listed(e, "alex", ListFilter::default(), T0 + 365.0 * DAY);
@@ -272,21 +397,50 @@ fn as_of_answers_what_was_believed_then() {
     let e = &s.engine;
     conversation(e, "jan", "alex", "hi", &["Alex lives in Berlin."], T0);
     // In March the conversation is shown the old fact and states a new one that contradicts it.
-    let info = conversation(e, "mar", "alex", "Alex lives in Lisbon now.", &["Alex lives in Lisbon."], T0 + 60.0 * DAY);
-    assert_eq!(info["recall"]["across"]["items"][0]["id"], 0, "the old fact was shown: {info:#?}");
+    let info = conversation(
+        e,
+        "mar",
+        "alex",
+        "Alex lives in Lisbon now.",
+        &["Alex lives in Lisbon."],
+        T0 + 60.0 * DAY,
+    );
+    assert_eq!(
+        info["recall"]["across"]["items"][0]["id"], 0,
+        "the old fact was shown: {info:#?}"
+    );
     let as_of = |t: f64| -> Vec<String> {
-        listed(e, "alex", ListFilter { as_of: Some(t), ..Default::default() }, t)
-            .iter()
-            .map(|f| f["text"].as_str().unwrap().to_owned())
-            .collect()
+        listed(
+            e,
+            "alex",
+            ListFilter {
+                as_of: Some(t),
+                ..Default::default()
+            },
+            t,
+        )
+        .iter()
+        .map(|f| f["text"].as_str().unwrap().to_owned())
+        .collect()
     };
     assert_eq!(as_of(T0 + 30.0 * DAY), ["Alex lives in Berlin."]);
     assert_eq!(as_of(T0 + 90.0 * DAY), ["Alex lives in Lisbon."]);
     // The old belief is kept, its validity closed when the new one began.
-    let old = e.observe_scope("coach", Some("alex"), 0, Some(T0 + 90.0 * DAY)).unwrap();
+    let old = e
+        .observe_scope("coach", Some("alex"), 0, Some(T0 + 90.0 * DAY))
+        .unwrap();
     assert_eq!(old["status"]["state"], "replaced");
     assert!(old["valid_to"].as_f64().unwrap() > T0 + 59.0 * DAY);
-    let searched = e.search_scope("coach", Some("alex"), "Where does Alex live?", 5, Some(T0 + 30.0 * DAY), Some(T0 + 90.0 * DAY)).unwrap();
+    let searched = e
+        .search_scope(
+            "coach",
+            Some("alex"),
+            "Where does Alex live?",
+            5,
+            Some(T0 + 30.0 * DAY),
+            Some(T0 + 90.0 * DAY),
+        )
+        .unwrap();
     assert_eq!(searched["memories"][0]["text"], "Alex lives in Berlin.");
 }
 
@@ -303,25 +457,42 @@ fn two_users_signals_keep_the_same_kind_of_fact_differently() {
     }
     // Ana confirms her preferences by hand; Ben deletes his.
     for l in likes {
-        let id = find(&listed(e, "ana", ListFilter::default(), T0), &format!("ana {l}."))["id"].as_u64().unwrap();
-        e.update_scope_fact("coach", Some("ana"), id, Correction::default(), Some(T0 + DAY)).unwrap();
-        let id = find(&listed(e, "ben", ListFilter::default(), T0), &format!("ben {l}."))["id"].as_u64().unwrap();
+        let id = find(&listed(e, "ana", ListFilter::default(), T0), &format!("ana {l}."))["id"]
+            .as_u64()
+            .unwrap();
+        e.update_scope_fact("coach", Some("ana"), id, Correction::default(), Some(T0 + DAY))
+            .unwrap();
+        let id = find(&listed(e, "ben", ListFilter::default(), T0), &format!("ben {l}."))["id"]
+            .as_u64()
+            .unwrap();
         e.delete_scope_fact("coach", Some("ben"), id, Some(T0 + DAY)).unwrap();
     }
     // Each then states one new preference, never used.
     conversation(e, "ana-2", "ana", "hi", &["ana prefers window seats."], T0 + 2.0 * DAY);
     conversation(e, "ben-2", "ben", "hi", &["ben prefers window seats."], T0 + 2.0 * DAY);
     let weight = |user: &str| {
-        let f = find(&listed(e, user, ListFilter::default(), T0 + 2.0 * DAY), &format!("{user} prefers window seats.")).clone();
-        e.observe_scope("coach", Some(user), f["id"].as_u64().unwrap(), Some(T0 + 2.0 * DAY)).unwrap()["decay"]["learned_weights"]["preference"]
+        let f = find(
+            &listed(e, user, ListFilter::default(), T0 + 2.0 * DAY),
+            &format!("{user} prefers window seats."),
+        )
+        .clone();
+        e.observe_scope("coach", Some(user), f["id"].as_u64().unwrap(), Some(T0 + 2.0 * DAY))
+            .unwrap()["decay"]["learned_weights"]["preference"]
             .as_f64()
             .unwrap()
     };
-    assert!(weight("ana") > 1.0 && weight("ben") < 1.0, "ana {} ben {}", weight("ana"), weight("ben"));
+    assert!(
+        weight("ana") > 1.0 && weight("ben") < 1.0,
+        "ana {} ben {}",
+        weight("ana"),
+        weight("ben")
+    );
     // A month on, Ben's faded out and Ana's is kept.
     e.sweep("coach", T0 + 32.0 * DAY).unwrap();
     let kept = |user: &str| {
-        listed(e, user, ListFilter::default(), T0 + 32.0 * DAY).iter().any(|f| f["text"] == format!("{user} prefers window seats."))
+        listed(e, user, ListFilter::default(), T0 + 32.0 * DAY)
+            .iter()
+            .any(|f| f["text"] == format!("{user} prefers window seats."))
     };
     assert!(kept("ana"));
     assert!(!kept("ben"));
@@ -331,28 +502,49 @@ fn two_users_signals_keep_the_same_kind_of_fact_differently() {
 fn setup_plain() -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
-    Setup { engine: Engine::new(store, None, EngineConfig::default()), _dir: dir }
+    Setup {
+        engine: Engine::new(store, None, EngineConfig::default()),
+        _dir: dir,
+    }
 }
 
 fn across_text(info: &Value, e: &Engine, memory: &str) -> String {
     // The block as stored with the message (what the request shows during its turn).
     let export = e.export(memory).unwrap();
     let _ = info;
-    export["recalls"].as_array().unwrap().last().and_then(|b| b["across"]["text"].as_str()).unwrap_or("").to_owned()
+    export["recalls"]
+        .as_array()
+        .unwrap()
+        .last()
+        .and_then(|b| b["across"]["text"].as_str())
+        .unwrap_or("")
+        .to_owned()
 }
 
 #[test]
 fn the_hot_tier_core_blocks_and_the_graph_tier_reach_a_new_conversation() {
     let s = setup_plain();
     let e = &s.engine;
-    e.set_core_block("coach", Some("alex"), "persona", "Alex is a nurse who works night shifts.", Some(T0)).unwrap();
+    e.set_core_block(
+        "coach",
+        Some("alex"),
+        "persona",
+        "Alex is a nurse who works night shifts.",
+        Some(T0),
+    )
+    .unwrap();
     // A first conversation: a turn worth remembering for a while, and a fact about Maria.
     decorate(e, "c1", "alex", "I booked the Lisbon flight for May 3.", T0);
     let call = json!({"id": "n1", "type": "function", "function": {"name": "note", "arguments": json!({"notes": [
         {"note": "She is allergic to peanuts.", "subject": "Maria", "object": "peanuts", "milestone": false}]}).to_string()}});
     let reply = json!({"id": "r", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0,
         "finish_reason": "stop", "message": {"role": "assistant", "content": "Great, enjoy Lisbon.", "tool_calls": [call]}}]});
-    e.report(ReportArgs { memory: "c1".into(), response: reply, now: Some(T0 + 1.0) }).unwrap();
+    e.report(ReportArgs {
+        memory: "c1".into(),
+        response: reply,
+        now: Some(T0 + 1.0),
+    })
+    .unwrap();
     e.end("c1", Some(T0 + 2.0)).unwrap();
     while e.run_next_job("c1").unwrap() {}
 
@@ -377,7 +569,10 @@ fn the_hot_tier_core_blocks_and_the_graph_tier_reach_a_new_conversation() {
     // of the next block (the block's decoded facts are cached by the scope's version).
     e.forget("c1").unwrap();
     let hot = e.hot_state("coach", Some("alex")).unwrap();
-    assert!(hot["turns"].as_array().unwrap().iter().all(|t| t["memory"] != "c1"), "{hot:#?}");
+    assert!(
+        hot["turns"].as_array().unwrap().iter().all(|t| t["memory"] != "c1"),
+        "{hot:#?}"
+    );
     let info = decorate(e, "c3", "alex", "Plan a dinner menu for Maria.", T0 + 2.0 * DAY);
     assert!(!across_text(&info, e, "c3").contains("peanuts"), "{info:#?}");
 }
@@ -387,14 +582,21 @@ struct WordEmbedder;
 
 impl Embedder for WordEmbedder {
     fn id(&self) -> ModelId {
-        ModelId { name: "test-words".into(), dim: 64 }
+        ModelId {
+            name: "test-words".into(),
+            dim: 64,
+        }
     }
     fn embed(&self, _: &CallCtx, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
         Ok(texts
             .iter()
             .map(|t| {
                 let mut v = vec![0f32; 64];
-                for w in t.to_lowercase().split(|c: char| !c.is_alphanumeric()).filter(|w| w.len() > 3) {
+                for w in t
+                    .to_lowercase()
+                    .split(|c: char| !c.is_alphanumeric())
+                    .filter(|w| w.len() > 3)
+                {
                     let h = w.bytes().fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
                     v[(h % 64) as usize] += 1.0;
                 }
@@ -413,7 +615,10 @@ fn word_models() -> Models {
 fn setup_indexed() -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
-    Setup { engine: Engine::new(store, Some(word_models()), EngineConfig::default()), _dir: dir }
+    Setup {
+        engine: Engine::new(store, Some(word_models()), EngineConfig::default()),
+        _dir: dir,
+    }
 }
 
 const HANDBOOK: &str = "# Returns\n\nUnworn shoes may be returned within 30 days of delivery for a full refund.\n\n\
@@ -430,12 +635,25 @@ fn a_knowledge_base_answers_as_reference_and_its_indexes_come_back() {
     // (Each asks as another user: a user's own earlier turns would show in their block.)
     let block = |memory: &str, user: &str, text: &str| {
         let info = decorate(e, memory, user, text, T0 + DAY);
-        (across_text(&info, e, memory), info["recall"]["across"]["documents"].clone())
+        (
+            across_text(&info, e, memory),
+            info["recall"]["across"]["documents"].clone(),
+        )
     };
-    let (text, docs) = block("k1", "alex", "Does the warranty on my hiking boots cover sole separation?");
+    let (text, docs) = block(
+        "k1",
+        "alex",
+        "Does the warranty on my hiking boots cover sole separation?",
+    );
     assert!(text.contains("reference documents"), "{text}");
-    assert!(text.contains("[handbook] Warranty: The hiking boots carry a two-year warranty"), "{text}");
-    assert!(!text.contains("Standard shipping"), "only what the message is about: {text}");
+    assert!(
+        text.contains("[handbook] Warranty: The hiking boots carry a two-year warranty"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("Standard shipping"),
+        "only what the message is about: {text}"
+    );
     assert_eq!(docs[0]["name"], "handbook", "{docs:#?}");
     // Small talk finds nothing.
     assert!(block("k2", "bea", "Thanks, bye!").0.is_empty());
@@ -450,15 +668,32 @@ fn a_knowledge_base_answers_as_reference_and_its_indexes_come_back() {
     assert!(across_text(&info, &e, "k3").contains("two-year warranty"), "{info:#?}");
 
     // The same name replaces it; removing it takes it out of the next block; both audited.
-    let again = e.add_document("coach", "handbook", "# Warranty\n\nBoots: five years.", Some(T0 + DAY)).unwrap();
+    let again = e
+        .add_document("coach", "handbook", "# Warranty\n\nBoots: five years.", Some(T0 + DAY))
+        .unwrap();
     assert_eq!(again["replaced"], 0);
-    assert_eq!(e.list_documents("coach").unwrap()["documents"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        e.list_documents("coach").unwrap()["documents"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
     e.remove_document("coach", 1, Some(T0 + DAY)).unwrap();
     let info = decorate(&e, "k4", "dee", "How long is the warranty on the boots?", T0 + DAY);
-    assert!(!across_text(&info, &e, "k4").contains("reference documents"), "{info:#?}");
+    assert!(
+        !across_text(&info, &e, "k4").contains("reference documents"),
+        "{info:#?}"
+    );
     let audit = e.audit_log("coach", None, None, None).unwrap().to_string();
-    assert!(audit.contains("add_document") && audit.contains("remove_document"), "{audit}");
-    assert!(audit.contains(r#""documents":[[0,1]]"#), "the warranty chunk's inject is audited: {audit}");
+    assert!(
+        audit.contains("add_document") && audit.contains("remove_document"),
+        "{audit}"
+    );
+    assert!(
+        audit.contains(r#""documents":[[0,1]]"#),
+        "the warranty chunk's inject is audited: {audit}"
+    );
     assert!(e.add_document("coach", "", "x", None).is_err());
     assert!(e.remove_document("coach", 7, None).is_err());
 }
@@ -486,18 +721,55 @@ fn consolidation_asks_each_pair_once_and_waits_for_the_next_day_when_its_budget_
     let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let embedder: Arc<dyn Embedder> = Arc::new(LetterEmbedder);
     let models = Models::with(embedder, bullet_judge(calls.clone()));
-    let mut config = EngineConfig { recall: false, ..EngineConfig::default() };
+    let mut config = EngineConfig {
+        recall: false,
+        ..EngineConfig::default()
+    };
     config.scopes.judge_calls_per_day = 1;
     let e = Engine::new(store, Some(models), config);
     let asked = || calls.load(std::sync::atomic::Ordering::SeqCst);
-    let semantic = |now: f64| listed(&e, "alex", ListFilter { tier: Some("semantic".into()), ..Default::default() }, now);
+    let semantic = |now: f64| {
+        listed(
+            &e,
+            "alex",
+            ListFilter {
+                tier: Some("semantic".into()),
+                ..Default::default()
+            },
+            now,
+        )
+    };
 
-    conversation(&e, "b1", "alex", "Bullets please.", &["Alex prefers answers in bullet points."], T0);
-    conversation(&e, "b2", "alex", "Bullets again.", &["Alex likes bullet points in answers."], T0 + 60.0);
+    conversation(
+        &e,
+        "b1",
+        "alex",
+        "Bullets please.",
+        &["Alex prefers answers in bullet points."],
+        T0,
+    );
+    conversation(
+        &e,
+        "b2",
+        "alex",
+        "Bullets again.",
+        &["Alex likes bullet points in answers."],
+        T0 + 60.0,
+    );
     assert_eq!(asked(), 1, "the one pair, within the day's budget of one");
-    conversation(&e, "b3", "alex", "And bullets.", &["Alex wants bullet points for answers."], T0 + 120.0);
+    conversation(
+        &e,
+        "b3",
+        "alex",
+        "And bullets.",
+        &["Alex wants bullet points for answers."],
+        T0 + 120.0,
+    );
     assert_eq!(asked(), 1, "the budget is spent: the new pairs wait");
-    assert!(semantic(T0 + 200.0).is_empty(), "three agree, but only two are known to");
+    assert!(
+        semantic(T0 + 200.0).is_empty(),
+        "three agree, but only two are known to"
+    );
     let today = e.consolidate("coach", Some("alex"), Some(T0 + 300.0)).unwrap();
     assert_eq!(today["owners"]["alex"]["pairs"]["pairs_deferred"], 2, "{today:#}");
     assert_eq!(asked(), 1);
@@ -506,7 +778,10 @@ fn consolidation_asks_each_pair_once_and_waits_for_the_next_day_when_its_budget_
     // joins the third fact, and the three are distilled into one semantic fact.
     let tomorrow = e.consolidate("coach", Some("alex"), Some(T0 + DAY + 300.0)).unwrap();
     assert_eq!(asked(), 2, "{tomorrow:#}");
-    assert_eq!(tomorrow["owners"]["alex"]["pairs"]["pairs_remembered"], 1, "{tomorrow:#}");
+    assert_eq!(
+        tomorrow["owners"]["alex"]["pairs"]["pairs_remembered"], 1,
+        "{tomorrow:#}"
+    );
     let s = semantic(T0 + DAY + 400.0);
     assert_eq!(s.len(), 1, "{s:#?}");
     assert_eq!(s[0]["sources"].as_array().unwrap().len(), 3, "{s:#?}");
@@ -519,7 +794,12 @@ fn reply_remembering(note: &str) -> Value {
 }
 
 fn tool_names(request: &Value) -> Vec<String> {
-    request["tools"].as_array().into_iter().flatten().filter_map(|t| t["function"]["name"].as_str().map(str::to_owned)).collect()
+    request["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+        .collect()
 }
 
 #[test]
@@ -542,18 +822,38 @@ fn a_working_note_saved_with_remember_reaches_the_users_next_conversations_for_a
     };
     // Offered to a memory that names an agent; the call is taken out of the reply.
     let out = request("w1", Some("coach"), "alex", T0);
-    assert!(tool_names(&out.request).contains(&"remember".to_string()), "{:#}", out.request);
-    let reply = e.report(ReportArgs { memory: "w1".into(), response: reply_remembering(NOTE), now: Some(T0 + 1.0) }).unwrap();
-    assert!(reply.response["choices"][0]["message"].get("tool_calls").is_none(), "{:#}", reply.response);
+    assert!(
+        tool_names(&out.request).contains(&"remember".to_string()),
+        "{:#}",
+        out.request
+    );
+    let reply = e
+        .report(ReportArgs {
+            memory: "w1".into(),
+            response: reply_remembering(NOTE),
+            now: Some(T0 + 1.0),
+        })
+        .unwrap();
+    assert!(
+        reply.response["choices"][0]["message"].get("tool_calls").is_none(),
+        "{:#}",
+        reply.response
+    );
     assert!(!reply.again, "the reply had an answer besides the note");
     assert_eq!(e.hot_state("coach", Some("alex")).unwrap()["notes"][0]["text"], NOTE);
     // Explicitly remembered: the note's class of facts weighs more for this user.
     let agent = e.agent_settings("coach", Default::default(), Some(T0 + 1.0)).unwrap();
-    let learned = agent["learned_weights"]["alex"].as_object().expect("alex learned something").clone();
+    let learned = agent["learned_weights"]["alex"]
+        .as_object()
+        .expect("alex learned something")
+        .clone();
     assert_eq!(learned.len(), 1, "{agent:#}");
     let (class, w) = learned.iter().next().unwrap();
     let prior = recalld::engine::scopes::decay::prior(class);
-    assert!((w.as_f64().unwrap() as f32 - prior * 1.25).abs() < 1e-4, "{class}: {w} against prior {prior}");
+    assert!(
+        (w.as_f64().unwrap() as f32 - prior * 1.25).abs() < 1e-4,
+        "{class}: {w} against prior {prior}"
+    );
     // A client that kept the model's raw reply sends the call back: it is not history.
     let raw = reply_remembering(NOTE)["choices"][0]["message"].clone();
     let next = e
@@ -571,7 +871,10 @@ fn a_working_note_saved_with_remember_reaches_the_users_next_conversations_for_a
         })
         .unwrap();
     let sent = next.request["messages"].to_string();
-    assert!(!sent.contains("rem-1") && sent.contains("I'll check on that next time."), "{sent}");
+    assert!(
+        !sent.contains("rem-1") && sent.contains("I'll check on that next time."),
+        "{sent}"
+    );
 
     // The user's next conversation, an hour later, is shown it; another user's is not.
     request("w2", Some("coach"), "alex", T0 + 3_600.0);
@@ -585,27 +888,61 @@ fn a_working_note_saved_with_remember_reaches_the_users_next_conversations_for_a
         "arguments": json!({"note": "Alex is a nurse on night shifts.", "block": "user"}).to_string()}});
     let reply = json!({"id": "r2", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0,
         "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null, "tool_calls": [call]}}]});
-    let answered = e.report(ReportArgs { memory: "w2".into(), response: reply, now: Some(T0 + 3_601.0) }).unwrap();
+    let answered = e
+        .report(ReportArgs {
+            memory: "w2".into(),
+            response: reply,
+            now: Some(T0 + 3_601.0),
+        })
+        .unwrap();
     assert!(answered.again, "only our call: the model is asked again");
-    assert_eq!(e.hot_state("coach", Some("alex")).unwrap()["core"]["user"], "Alex is a nurse on night shifts.");
+    assert_eq!(
+        e.hot_state("coach", Some("alex")).unwrap()["core"]["user"],
+        "Alex is a nurse on night shifts."
+    );
 
     // A day later it is gone from the block; the sweep reports it, and deletes it when live.
     request("w3", Some("coach"), "alex", T0 + 25.0 * 3_600.0);
     let text = across_text(&Value::Null, e, "w3");
     assert!(!text.contains(NOTE), "{text}");
     assert!(text.contains("[user] Alex is a nurse on night shifts."), "{text}");
-    assert_eq!(e.sweep("coach", T0 + 25.0 * 3_600.0).unwrap()["expired_working_notes"], 1);
-    assert_eq!(e.hot_state("coach", Some("alex")).unwrap()["notes"].as_array().unwrap().len(), 1, "report mode changes nothing");
+    assert_eq!(
+        e.sweep("coach", T0 + 25.0 * 3_600.0).unwrap()["expired_working_notes"],
+        1
+    );
+    assert_eq!(
+        e.hot_state("coach", Some("alex")).unwrap()["notes"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "report mode changes nothing"
+    );
     live(e);
-    assert_eq!(e.sweep("coach", T0 + 26.0 * 3_600.0).unwrap()["expired_working_notes"], 1);
-    assert!(e.hot_state("coach", Some("alex")).unwrap()["notes"].as_array().unwrap().is_empty());
+    assert_eq!(
+        e.sweep("coach", T0 + 26.0 * 3_600.0).unwrap()["expired_working_notes"],
+        1
+    );
+    assert!(e.hot_state("coach", Some("alex")).unwrap()["notes"]
+        .as_array()
+        .unwrap()
+        .is_empty());
 
     // Without an agent the tool is not offered, and a tool of the agent's own by that name is
     // left alone.
     let out = request("plain", None, "alex", T0);
     assert!(!tool_names(&out.request).contains(&"remember".to_string()));
-    let reply = e.report(ReportArgs { memory: "plain".into(), response: reply_remembering(NOTE), now: Some(T0 + 1.0) }).unwrap();
-    assert_eq!(reply.response["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "remember");
+    let reply = e
+        .report(ReportArgs {
+            memory: "plain".into(),
+            response: reply_remembering(NOTE),
+            now: Some(T0 + 1.0),
+        })
+        .unwrap();
+    assert_eq!(
+        reply.response["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
+        "remember"
+    );
 }
 
 #[test]
@@ -631,17 +968,35 @@ fn the_recall_tool_searches_the_agents_memory_and_the_next_request_of_the_turn_s
     let first = decorate(T0 + DAY);
     assert!(tool_names(&first.request).contains(&"recall".to_string()));
     let system = |out: &recalld_protocol::ops::DecorateReply| out.request["messages"].to_string();
-    assert!(!system(&first).contains("Sydney"), "not shown unasked: {}", system(&first));
+    assert!(
+        !system(&first).contains("Sydney"),
+        "not shown unasked: {}",
+        system(&first)
+    );
     // The model asks; report takes the call out and says to call again.
     let call = json!({"id": "rc", "type": "function", "function": {"name": "recall", "arguments": "{\"query\": \"staging database\"}"}});
     let reply = json!({"id": "r", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0,
         "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null, "tool_calls": [call]}}]});
-    let answered = e.report(ReportArgs { memory: "r2".into(), response: reply, now: Some(T0 + DAY + 1.0) }).unwrap();
+    let answered = e
+        .report(ReportArgs {
+            memory: "r2".into(),
+            response: reply,
+            now: Some(T0 + DAY + 1.0),
+        })
+        .unwrap();
     assert!(answered.again);
-    assert!(answered.response["choices"][0]["message"].get("tool_calls").is_none(), "{:#}", answered.response);
+    assert!(
+        answered.response["choices"][0]["message"].get("tool_calls").is_none(),
+        "{:#}",
+        answered.response
+    );
     // The same request again: the turn's block now holds what was found, counted as used.
     let second = decorate(T0 + DAY + 2.0);
-    assert!(system(&second).contains("on the assistant's request") && system(&second).contains(FACT), "{}", system(&second));
+    assert!(
+        system(&second).contains("on the assistant's request") && system(&second).contains(FACT),
+        "{}",
+        system(&second)
+    );
     let facts = listed(e, "alex", ListFilter::default(), T0 + DAY + 3.0);
     assert_eq!(find(&facts, FACT)["uses"], 1, "{facts:#?}");
     let used = e.memories_used("r2").unwrap();

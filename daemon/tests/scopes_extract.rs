@@ -22,7 +22,10 @@ struct LetterEmbedder;
 
 impl Embedder for LetterEmbedder {
     fn id(&self) -> ModelId {
-        ModelId { name: "test-letters".into(), dim: 26 }
+        ModelId {
+            name: "test-letters".into(),
+            dim: 26,
+        }
     }
     fn embed(&self, _: &CallCtx, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
         Ok(texts
@@ -69,7 +72,10 @@ impl Judge for ScriptedJudge {
         self.read.lock().unwrap().push(transcript.to_owned());
         match self.answers.lock().unwrap().remove(0) {
             Ok(facts) => Ok(facts),
-            Err(e) => Err(ModelError::Transport { url: "http://judge.test".into(), message: e }),
+            Err(e) => Err(ModelError::Transport {
+                url: "http://judge.test".into(),
+                message: e,
+            }),
         }
     }
 }
@@ -78,14 +84,27 @@ fn setup(answers: Vec<Result<Vec<Extracted>, String>>) -> (Engine, Arc<ScriptedJ
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
     let embedder: Arc<dyn Embedder> = Arc::new(LetterEmbedder);
-    let judge = Arc::new(ScriptedJudge { answers: Mutex::new(answers), read: Mutex::default(), calls: AtomicUsize::new(0) });
+    let judge = Arc::new(ScriptedJudge {
+        answers: Mutex::new(answers),
+        read: Mutex::default(),
+        calls: AtomicUsize::new(0),
+    });
     let models = Models::with(embedder, judge.clone());
-    let config = EngineConfig { recall: false, ..EngineConfig::default() };
+    let config = EngineConfig {
+        recall: false,
+        ..EngineConfig::default()
+    };
     (Engine::new(store, Some(models), config), judge, dir)
 }
 
 /// A request of a conversation of agent "ops" with "alex".
-fn decorate(e: &Engine, memory: &str, messages: &[serde_json::Value], now: f64, dry_run: bool) -> recalld_protocol::ops::DecorateReply {
+fn decorate(
+    e: &Engine,
+    memory: &str,
+    messages: &[serde_json::Value],
+    now: f64,
+    dry_run: bool,
+) -> recalld_protocol::ops::DecorateReply {
     e.decorate(DecorateArgs {
         memory: memory.into(),
         request: json!({"model": "gpt-4o", "messages": messages}),
@@ -109,25 +128,46 @@ fn talk_and_end(e: &Engine, memory: &str, said: &str) {
     say(e, memory, said);
     let reply = json!({"id": "r", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0,
         "finish_reason": "stop", "message": {"role": "assistant", "content": "Understood."}}]});
-    e.report(ReportArgs { memory: memory.into(), response: reply, now: Some(T0 + 5.0) }).unwrap();
+    e.report(ReportArgs {
+        memory: memory.into(),
+        response: reply,
+        now: Some(T0 + 5.0),
+    })
+    .unwrap();
     e.end(memory, Some(T0 + 60.0)).unwrap();
 }
 
 fn facts(e: &Engine) -> Vec<serde_json::Value> {
-    e.list_scope("ops", Some("alex"), ListFilter { status: Some("all".into()), ..Default::default() }, Some(T0))
-        .unwrap()["memories"]
+    e.list_scope(
+        "ops",
+        Some("alex"),
+        ListFilter {
+            status: Some("all".into()),
+            ..Default::default()
+        },
+        Some(T0),
+    )
+    .unwrap()["memories"]
         .as_array()
         .unwrap()
         .clone()
 }
 
 fn extracted(note: &str, kind: &str) -> Extracted {
-    Extracted { note: note.into(), subject: "Alex".into(), object: "staging".into(), kind: kind.into() }
+    Extracted {
+        note: note.into(),
+        subject: "Alex".into(),
+        object: "staging".into(),
+        kind: kind.into(),
+    }
 }
 
 #[test]
 fn the_unnoted_tail_is_read_once_and_its_facts_join_the_scope() {
-    let (e, judge, _dir) = setup(vec![Ok(vec![extracted("Alex's staging database is hosted in Sydney.", "environment")])]);
+    let (e, judge, _dir) = setup(vec![Ok(vec![extracted(
+        "Alex's staging database is hosted in Sydney.",
+        "environment",
+    )])]);
     talk_and_end(&e, "m1", "Our staging database moved to Sydney last week.");
     while e.run_next_job("m1").unwrap() {}
     let got = facts(&e);
@@ -175,12 +215,20 @@ fn working_notes_are_read_with_the_unnoted_turns() {
     let call = json!({"id": "rem", "type": "function", "function": {"name": "remember", "arguments": "{\"note\": \"The domain renewal is due on March 3.\"}"}});
     let reply = json!({"id": "r", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0,
         "finish_reason": "tool_calls", "message": {"role": "assistant", "content": "I will.", "tool_calls": [call]}}]});
-    e.report(ReportArgs { memory: "w".into(), response: reply, now: Some(T0 + 5.0) }).unwrap();
+    e.report(ReportArgs {
+        memory: "w".into(),
+        response: reply,
+        now: Some(T0 + 5.0),
+    })
+    .unwrap();
     e.end("w", Some(T0 + 60.0)).unwrap();
     while e.run_next_job("w").unwrap() {}
     let read = judge.read.lock().unwrap()[0].clone();
     assert!(read.contains("user: Remind me about the renewal."), "{read}");
-    assert!(read.contains("assistant (working note): The domain renewal is due on March 3."), "{read}");
+    assert!(
+        read.contains("assistant (working note): The domain renewal is due on March 3."),
+        "{read}"
+    );
 }
 
 /// The first `n` airline conversations of the real agent traces (tau-bench).
@@ -190,7 +238,8 @@ fn airline_traces(n: usize) -> Vec<Vec<serde_json::Value>> {
         Some(d) if !d.is_empty() => std::path::PathBuf::from(d),
         _ => std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/bench"),
     };
-    let file = std::fs::File::open(dir.join("agent-traces-dev.jsonl")).expect("agent-traces-dev.jsonl (set RECALLD_BENCH_DIR)");
+    let file = std::fs::File::open(dir.join("agent-traces-dev.jsonl"))
+        .expect("agent-traces-dev.jsonl (set RECALLD_BENCH_DIR)");
     std::io::BufReader::new(file)
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(&l.unwrap()).unwrap())
@@ -207,7 +256,12 @@ fn converse(e: &Engine, memory: &str, messages: &[serde_json::Value], now: f64) 
     decorate(e, memory, &messages[..last], now, false);
     let reply = json!({"id": "r", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0,
         "finish_reason": "stop", "message": messages[last]}]});
-    e.report(ReportArgs { memory: memory.into(), response: reply, now: Some(now + 1.0) }).unwrap();
+    e.report(ReportArgs {
+        memory: memory.into(),
+        response: reply,
+        now: Some(now + 1.0),
+    })
+    .unwrap();
     e.end(memory, Some(now + 60.0)).unwrap();
     while e.run_next_job(memory).unwrap() {}
 }
@@ -263,10 +317,23 @@ fn the_agents_repeated_ways_become_procedures_and_a_newer_way_replaces_the_older
     let got = procedures(&e);
     let mut subjects: Vec<&str> = got.iter().map(|f| f["subject"].as_str().unwrap()).collect();
     subjects.sort();
-    assert_eq!(subjects, repeated.iter().map(|s| s.as_str()).collect::<Vec<_>>(), "{got:#?}");
-    let usual = got.iter().find(|f| f["subject"] == "get_user_details → get_reservation_details").expect("the usual lookup");
+    assert_eq!(
+        subjects,
+        repeated.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+        "{got:#?}"
+    );
+    let usual = got
+        .iter()
+        .find(|f| f["subject"] == "get_user_details → get_reservation_details")
+        .expect("the usual lookup");
     let times = seen["get_user_details → get_reservation_details"].len();
-    assert!(usual["text"].as_str().unwrap().contains(&format!("in {times} conversations")), "{usual}");
+    assert!(
+        usual["text"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("in {times} conversations")),
+        "{usual}"
+    );
     assert!(usual["text"].as_str().unwrap().contains("For example: \""), "{usual}");
     assert_eq!(usual["status"]["state"], "active");
 
@@ -274,7 +341,8 @@ fn the_agents_repeated_ways_become_procedures_and_a_newer_way_replaces_the_older
     // old way again: the new way replaces the old, which stays (replaced, not deleted).
     let later = T0 + 10.0 * 86_400.0;
     for i in 0..2 {
-        let call = |id: &str, name: &str| json!({"id": id, "type": "function", "function": {"name": name, "arguments": "{}"}});
+        let call =
+            |id: &str, name: &str| json!({"id": id, "type": "function", "function": {"name": name, "arguments": "{}"}});
         let messages = vec![
             json!({"role": "user", "content": format!("Hi, I need to change the flight on reservation number {i}ZFA04, my user id is mia_li_3668.")}),
             json!({"role": "assistant", "content": null, "tool_calls": [call("a", "get_user_details")]}),
@@ -286,13 +354,22 @@ fn the_agents_repeated_ways_become_procedures_and_a_newer_way_replaces_the_older
         converse(&e, &format!("new-{i}"), &messages, later + 3_600.0 * i as f64);
     }
     let got = procedures(&e);
-    let new = got.iter().find(|f| f["subject"] == "get_user_details → find_reservations").expect("the new way");
-    let old = got.iter().find(|f| f["subject"] == "get_user_details → get_reservation_details").unwrap();
+    let new = got
+        .iter()
+        .find(|f| f["subject"] == "get_user_details → find_reservations")
+        .expect("the new way");
+    let old = got
+        .iter()
+        .find(|f| f["subject"] == "get_user_details → get_reservation_details")
+        .unwrap();
     assert_eq!(old["status"]["state"], "replaced", "{old}");
     assert_eq!(old["status"]["by"], new["id"]);
     assert_eq!(new["status"]["state"], "active");
     // Ways that start elsewhere are another matter: they stay.
-    for f in got.iter().filter(|f| !f["subject"].as_str().unwrap().starts_with("get_user_details")) {
+    for f in got
+        .iter()
+        .filter(|f| !f["subject"].as_str().unwrap().starts_with("get_user_details"))
+    {
         assert_eq!(f["status"]["state"], "active", "{f}");
     }
     // A new conversation asking the like is shown the current way, not the replaced one.
@@ -300,7 +377,10 @@ fn the_agents_repeated_ways_become_procedures_and_a_newer_way_replaces_the_older
     let decorated = decorate(&e, "next", &[ask], later + 86_400.0, true);
     let block = decorated.request["messages"].to_string();
     assert!(block.contains("get_user_details, then find_reservations"), "{block}");
-    assert!(!block.contains("get_user_details, then get_reservation_details"), "{block}");
+    assert!(
+        !block.contains("get_user_details, then get_reservation_details"),
+        "{block}"
+    );
 
     // Forgetting a conversation the new way was seen in removes it with its routines, and
     // the old way it replaced is active again; the next consolidation does not find the new
@@ -308,7 +388,14 @@ fn the_agents_repeated_ways_become_procedures_and_a_newer_way_replaces_the_older
     e.forget("new-1").unwrap();
     e.consolidate("ops", Some("alex"), Some(later + 86_400.0)).unwrap();
     let got = procedures(&e);
-    assert!(got.iter().all(|f| f["subject"] != "get_user_details → find_reservations"), "{got:#?}");
-    let old = got.iter().find(|f| f["subject"] == "get_user_details → get_reservation_details").unwrap();
+    assert!(
+        got.iter()
+            .all(|f| f["subject"] != "get_user_details → find_reservations"),
+        "{got:#?}"
+    );
+    let old = got
+        .iter()
+        .find(|f| f["subject"] == "get_user_details → get_reservation_details")
+        .unwrap();
     assert_eq!(old["status"]["state"], "active", "{old}");
 }

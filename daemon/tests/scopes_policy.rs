@@ -87,15 +87,28 @@ fn policy(p: PolicyName) -> AgentChanges {
 }
 
 fn count(e: &Engine, agent: &str, status: &str) -> usize {
-    e.list_scope(agent, Some("alex"), ListFilter { status: Some(status.into()), ..Default::default() }, Some(T0))
-        .unwrap()["memories"]
+    e.list_scope(
+        agent,
+        Some("alex"),
+        ListFilter {
+            status: Some(status.into()),
+            ..Default::default()
+        },
+        Some(T0),
+    )
+    .unwrap()["memories"]
         .as_array()
         .unwrap()
         .len()
 }
 
 fn plan(swept: &Value, action: &str) -> usize {
-    swept["plan"].as_array().unwrap().iter().filter(|p| p["action"] == action).count()
+    swept["plan"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["action"] == action)
+        .count()
 }
 
 #[test]
@@ -116,7 +129,15 @@ fn conversational_caps_retention_and_archive_window() {
     let swept = e.sweep("a", T0 + 13.0 * DAY).unwrap();
     assert_eq!(plan(&swept, "archive"), 0, "{swept:#?}");
     // A fact used once survives its retention.
-    e.search_scope("a", Some("alex"), "billing ledger number 7 reconciled", 1, None, Some(T0 + 14.0 * DAY)).unwrap();
+    e.search_scope(
+        "a",
+        Some("alex"),
+        "billing ledger number 7 reconciled",
+        1,
+        None,
+        Some(T0 + 14.0 * DAY),
+    )
+    .unwrap();
     let swept = e.sweep("a", T0 + 15.0 * DAY).unwrap();
     assert_eq!(plan(&swept, "archive"), 99, "{swept:#?}");
     assert_eq!(count(e, "a", "active"), 1);
@@ -150,8 +171,24 @@ fn an_agents_retention_only_shortens_and_the_organisations_applies_on_top() {
     config.scopes.retention_days = Some(30.0);
     let s = setup(config);
     let e = &s.engine;
-    set(e, "short", AgentChanges { retention_days: Some(7.0), sweep_live: Some(true), ..Default::default() });
-    set(e, "long", AgentChanges { retention_days: Some(400.0), sweep_live: Some(true), ..Default::default() });
+    set(
+        e,
+        "short",
+        AgentChanges {
+            retention_days: Some(7.0),
+            sweep_live: Some(true),
+            ..Default::default()
+        },
+    );
+    set(
+        e,
+        "long",
+        AgentChanges {
+            retention_days: Some(400.0),
+            sweep_live: Some(true),
+            ..Default::default()
+        },
+    );
     set(e, "cx", policy(PolicyName::Compliance));
     conversation(e, "s", "short", &facts(2), T0);
     conversation(e, "l", "long", &facts(2), T0);
@@ -192,7 +229,10 @@ fn off_captures_and_recalls_nothing() {
     conversation(e, "o1", "off", &facts(3), T0);
     assert_eq!(count(e, "off", "all"), 0);
     let info = decorate(e, "o2", "off", QUESTION, T0 + DAY);
-    assert!(info["recall"]["across"].is_null() || info["recall"]["across"]["items"] == json!([]), "{info:#?}");
+    assert!(
+        info["recall"]["across"].is_null() || info["recall"]["across"]["items"] == json!([]),
+        "{info:#?}"
+    );
     // Switched on, the next conversation's facts are kept.
     set(e, "off", policy(PolicyName::KnowledgeWorker));
     conversation(e, "o3", "off", &facts(2), T0 + 2.0 * DAY);

@@ -262,8 +262,13 @@ fn a_stale_socket_is_replaced() {
     // daemon lived on (`try_wait` gave None). The cause is not known (see the notes of
     // 2026-12-02). A second connection must answer, and the first failure is printed.
     let health = c.call("health", json!({})).or_else(|e| {
-        eprintln!("first health call failed: {e}; the daemon: {:?}; trying a new connection", child.try_wait());
-        recalld::client::Client::connect(&socket).unwrap().call("health", json!({}))
+        eprintln!(
+            "first health call failed: {e}; the daemon: {:?}; trying a new connection",
+            child.try_wait()
+        );
+        recalld::client::Client::connect(&socket)
+            .unwrap()
+            .call("health", json!({}))
     });
     let health = health.unwrap_or_else(|e| {
         std::thread::sleep(std::time::Duration::from_millis(200));

@@ -74,7 +74,10 @@ fn socket_activated_on_fd_3_it_serves_and_notifies_ready_then_stopping() {
     drop(c);
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
-    assert!(socket.exists(), "the socket belongs to systemd: the daemon leaves it in place");
+    assert!(
+        socket.exists(),
+        "the socket belongs to systemd: the daemon leaves it in place"
+    );
 }
 
 #[test]
@@ -83,7 +86,11 @@ fn install_units_writes_both_variants_naming_the_binary() {
     for (flag, sub) in [(None, "system"), (Some("--user"), "user")] {
         let target = dir.path().join(sub);
         let mut cmd = Command::new(bin());
-        cmd.arg("install-units").arg("--dir").arg(&target).arg("--bin").arg(bin());
+        cmd.arg("install-units")
+            .arg("--dir")
+            .arg(&target)
+            .arg("--bin")
+            .arg(bin());
         if let Some(f) = flag {
             cmd.arg(f);
         }

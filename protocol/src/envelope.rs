@@ -173,7 +173,11 @@ mod tests {
             let err = decode_request(&body).unwrap_err();
             assert_eq!(err.id, 5);
             assert_eq!(err.error.code, ErrorCode::InvalidArgument);
-            assert!(err.error.message.starts_with("args.now must be a finite number"), "{}", err.error.message);
+            assert!(
+                err.error.message.starts_with("args.now must be a finite number"),
+                "{}",
+                err.error.message
+            );
         }
     }
 

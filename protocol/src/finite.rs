@@ -20,7 +20,11 @@ pub struct Decoded {
 pub fn decode(body: &[u8]) -> Result<Decoded, rmp_serde::decode::Error> {
     let found = RefCell::new(None);
     let mut de = rmp_serde::Deserializer::from_read_ref(body);
-    let value = Finite { found: &found, at: None }.deserialize(&mut de)?;
+    let value = Finite {
+        found: &found,
+        at: None,
+    }
+    .deserialize(&mut de)?;
     Ok(Decoded {
         value,
         non_finite: found.into_inner(),

@@ -8,6 +8,10 @@ pub fn recalld_bin() -> PathBuf {
         Some(b) if !b.is_empty() => PathBuf::from(b),
         _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/recalld"),
     };
-    assert!(bin.exists(), "{} missing: run `cargo build -p recalld` first", bin.display());
+    assert!(
+        bin.exists(),
+        "{} missing: run `cargo build -p recalld` first",
+        bin.display()
+    );
     bin
 }

@@ -23,7 +23,10 @@ impl NoteCosts {
     pub(super) fn new(tool: &str, scopes: &super::scopes::ScopesConfig) -> NoteCosts {
         let count = |format| tokens::text_tokens(&formats::note_tool(format, tool).to_string()) as u64;
         let scope_count = |format| {
-            scope_tools(format, scopes).iter().map(|t| tokens::text_tokens(&t.to_string()) as u64).sum()
+            scope_tools(format, scopes)
+                .iter()
+                .map(|t| tokens::text_tokens(&t.to_string()) as u64)
+                .sum()
         };
         NoteCosts {
             ask: tokens::text_tokens(&blocks::note_ask(1, 1, tool)) as u64 + 4,
@@ -117,7 +120,11 @@ impl Engine {
             .iter()
             .filter(|m| in_view(st, m))
             .map(|m| {
-                let waiting = st.recalls.get(&m.seq).filter(|b| !block_shown(st, b)).map_or(0, |b| b.tokens);
+                let waiting = st
+                    .recalls
+                    .get(&m.seq)
+                    .filter(|b| !block_shown(st, b))
+                    .map_or(0, |b| b.tokens);
                 tok(m).saturating_sub(tokens::corrected(waiting, ratio))
             })
             .sum();
@@ -145,7 +152,12 @@ impl Engine {
         };
         let lines: Vec<(&Fact, [&str; 2])> = facts
             .into_iter()
-            .map(|(f, _)| (f, [name(f.subject_entity, &f.subject), name(f.object_entity, &f.object)]))
+            .map(|(f, _)| {
+                (
+                    f,
+                    [name(f.subject_entity, &f.subject), name(f.object_entity, &f.object)],
+                )
+            })
             .collect();
         blocks::facts_block(&lines)
     }
@@ -219,7 +231,10 @@ impl Engine {
         let mut hidden_for_recall = Vec::new();
         if let Some(limit) = recall_limit {
             let act = act.get_or_insert_with(activations);
-            let mut live: Vec<&Episode> = st.episodes_in(EpisodeState::Live).filter(|e| !hidden.contains(&e.n)).collect();
+            let mut live: Vec<&Episode> = st
+                .episodes_in(EpisodeState::Live)
+                .filter(|e| !hidden.contains(&e.n))
+                .collect();
             live.sort_by(|a, b| act[a.n as usize].total_cmp(&act[b.n as usize]).then(a.n.cmp(&b.n)));
             for e in live {
                 if total <= limit {
@@ -275,7 +290,8 @@ impl Engine {
 /// distilled it: an old block waiting for that would take the room the new message's recall
 /// needs (a user message left without a reply leaves its block undistilled until the next one).
 fn block_shown(st: &State, b: &RecallBlock) -> bool {
-    (!b.text.is_empty() || b.across.as_ref().is_some_and(|a| !a.text.is_empty())) && (b.distilled || b.turn == st.memory.turn)
+    (!b.text.is_empty() || b.across.as_ref().is_some_and(|a| !a.text.is_empty()))
+        && (b.distilled || b.turn == st.memory.turn)
 }
 
 pub(super) struct Measure {

@@ -150,9 +150,11 @@ pub(super) fn units_to_score(st: &State) -> Option<UnitBatch> {
 
 /// Whether some closed, uncut unit has no complete score yet.
 pub(super) fn needs_scoring(st: &State) -> bool {
-    closed_unit_spans(st)
-        .iter()
-        .any(|(start, end)| st.unit_scores.get(start).is_none_or(|s| s.end_seq != *end || !s.complete))
+    closed_unit_spans(st).iter().any(|(start, end)| {
+        st.unit_scores
+            .get(start)
+            .is_none_or(|s| s.end_seq != *end || !s.complete)
+    })
 }
 
 /// The (first, last) seq of each closed, uncut unit.

@@ -5,8 +5,8 @@
 //! changes, so the provider's cached prefix holds. The block's cross-memory section (facts of
 //! other conversations) loses its text then (it served its turn) and keeps its items.
 
-use super::records::RecallBlock;
 use super::recall::render_parts;
+use super::records::RecallBlock;
 use super::state::State;
 use super::tokens;
 use crate::models::{CallCtx, Judge, ModelError};
@@ -66,7 +66,10 @@ impl Snapshot {
         }
         let refs: Vec<&str> = self.facts.iter().map(|(_, t)| t.as_str()).collect();
         let keep = judge.distill(&CallCtx::new(memory), &refs, &self.conversation)?;
-        Ok(keep.into_iter().filter_map(|k| self.facts.get(k).map(|(at, _)| *at)).collect())
+        Ok(keep
+            .into_iter()
+            .filter_map(|k| self.facts.get(k).map(|(at, _)| *at))
+            .collect())
     }
 }
 

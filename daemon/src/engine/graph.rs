@@ -80,7 +80,11 @@ fn possessive(name: &str) -> Option<(String, String)> {
     let lower = name.to_lowercase().replace('’', "'");
     let (owner, head) = lower.split_once("'s ")?;
     let head = norm(head);
-    let head = head.strip_suffix('s').filter(|h| h.len() > 2).unwrap_or(&head).to_owned();
+    let head = head
+        .strip_suffix('s')
+        .filter(|h| h.len() > 2)
+        .unwrap_or(&head)
+        .to_owned();
     Some((norm(owner), head))
 }
 
@@ -318,7 +322,11 @@ pub(super) fn plan(
             .relation_each(&ctx, &todo[i].note, &held_notes)
             .map_err(|e| e.to_string())?;
         if relations.len() != candidates.len() {
-            return Err(format!("the judge gave {} relations for {} facts", relations.len(), candidates.len()));
+            return Err(format!(
+                "the judge gave {} relations for {} facts",
+                relations.len(),
+                candidates.len()
+            ));
         }
         placed[i].relations = candidates.iter().map(|(n, _)| *n).zip(relations).collect();
     }
@@ -354,7 +362,13 @@ impl Resolver<'_> {
     /// Puts to the judge, in one call, every name of the job whose best candidate among the held
     /// entities is close (≥ [`MAYBE_SAME_ENTITY`]) but not close enough to decide alone, and
     /// keeps the pairs it says are one entity.
-    fn settle_close_names(&mut self, judge: &dyn Judge, ctx: &CallCtx, todo: &[&Fact], name_vecs: &[Vec<f32>]) -> Result<(), String> {
+    fn settle_close_names(
+        &mut self,
+        judge: &dyn Judge,
+        ctx: &CallCtx,
+        todo: &[&Fact],
+        name_vecs: &[Vec<f32>],
+    ) -> Result<(), String> {
         // (name, the fact's sentence, the held entity, its names)
         let mut asks: Vec<(&str, &str, u64, Vec<String>)> = Vec::new();
         let mut asked: HashSet<String> = HashSet::new();
@@ -362,7 +376,11 @@ impl Resolver<'_> {
             let sides = [(&f.subject, &f.subject_aliases), (&f.object, &f.object_aliases)];
             for (side, (name, aliases)) in sides.into_iter().enumerate() {
                 let vector = &name_vecs[2 * i + side];
-                if vector.is_empty() || norm(name).is_empty() || !asked.insert(norm(name)) || self.known(name, aliases)?.is_some() {
+                if vector.is_empty()
+                    || norm(name).is_empty()
+                    || !asked.insert(norm(name))
+                    || self.known(name, aliases)?.is_some()
+                {
                     continue;
                 }
                 let mut near = self.nearest_held_cached(name, vector)?;
@@ -388,7 +406,11 @@ impl Resolver<'_> {
             .collect();
         let same = judge.same_entity_each(ctx, &pairs).map_err(|e| e.to_string())?;
         if same.len() != asks.len() {
-            return Err(format!("the judge gave {} answers for {} names", same.len(), asks.len()));
+            return Err(format!(
+                "the judge gave {} answers for {} names",
+                same.len(),
+                asks.len()
+            ));
         }
         for ((name, _, n, _), yes) in asks.iter().zip(same) {
             if yes {
@@ -411,7 +433,9 @@ impl Resolver<'_> {
                 return Ok(Some(Node::New(i)));
             }
             let memory = self.memory;
-            let alias = self.store.read(|r| r.get::<u64>(Table::Aliases, &keys::name(memory, &key)));
+            let alias = self
+                .store
+                .read(|r| r.get::<u64>(Table::Aliases, &keys::name(memory, &key)));
             if let Some(e) = alias.map_err(|e| e.to_string())? {
                 return Ok(Some(Node::Held(e)));
             }
@@ -453,7 +477,8 @@ impl Resolver<'_> {
         self.store
             .read(|r| {
                 for (n, _) in hits.iter().filter(|(n, _)| !seen.contains(n)) {
-                    let v: Option<VectorRecord> = r.get(Table::Vectors, &keys::seq2(memory, VectorKind::Entity as u64, *n))?;
+                    let v: Option<VectorRecord> =
+                        r.get(Table::Vectors, &keys::seq2(memory, VectorKind::Entity as u64, *n))?;
                     if let Some(v) = v.filter(|v| v.model == model) {
                         out.push((cosine(vector, &v.v), *n));
                     }
@@ -469,7 +494,11 @@ impl Resolver<'_> {
         Ok(match node {
             Node::Held(n) => self
                 .held(n)?
-                .map(|e| std::iter::once(e.name.clone()).chain(e.aliases.iter().cloned()).collect())
+                .map(|e| {
+                    std::iter::once(e.name.clone())
+                        .chain(e.aliases.iter().cloned())
+                        .collect()
+                })
                 .unwrap_or_default(),
             Node::New(i) => std::iter::once(self.new[i].name.clone())
                 .chain(self.new[i].aliases.iter().cloned())
@@ -526,7 +555,12 @@ impl Resolver<'_> {
             }
         };
         // Every written form it did not go by yet becomes an alias.
-        let known: HashSet<String> = self.names(node).map_err(|e| e.to_string())?.iter().map(|n| norm(n)).collect();
+        let known: HashSet<String> = self
+            .names(node)
+            .map_err(|e| e.to_string())?
+            .iter()
+            .map(|n| norm(n))
+            .collect();
         let mut added: HashSet<String> = HashSet::new();
         for n in written {
             let key = norm(n);
@@ -568,7 +602,14 @@ pub(super) fn apply(st: &mut State, plan: Plan, at: f64) -> bool {
             st.put_alias(norm(name), n);
         }
         if let Some(v) = e.vector {
-            st.put_vector(VectorKind::Entity, n, VectorRecord { model: plan.model.clone(), v });
+            st.put_vector(
+                VectorKind::Entity,
+                n,
+                VectorRecord {
+                    model: plan.model.clone(),
+                    v,
+                },
+            );
         }
         numbers.push(n);
     }
@@ -593,7 +634,14 @@ pub(super) fn apply(st: &mut State, plan: Plan, at: f64) -> bool {
         fact.object_entity = Some(o);
         st.put_edge(s, p.fact, o);
         if let Some(v) = p.vector {
-            st.put_vector(VectorKind::Fact, p.fact, VectorRecord { model: plan.model.clone(), v });
+            st.put_vector(
+                VectorKind::Fact,
+                p.fact,
+                VectorRecord {
+                    model: plan.model.clone(),
+                    v,
+                },
+            );
         }
         for (held, relation) in p.relations {
             if !st.fact(held).is_some_and(Fact::is_active) || !st.fact(p.fact).is_some_and(Fact::is_active) {
@@ -653,7 +701,10 @@ mod tests {
         assert!(!distinct("Dana", "Dana Smith"));
         assert!(!distinct("pricing page copy v3", "Pricing page copy v3"));
         assert!(!distinct("the new copy", "pricing page copy"));
-        assert!(distinct("the new copy", "pricing page copy v3"), "one side has an id the other lacks");
+        assert!(
+            distinct("the new copy", "pricing page copy v3"),
+            "one side has an id the other lacks"
+        );
         assert!(distinct("Melanie's kids", "Melanie's family"));
         assert!(distinct("Caroline", "Caroline's friends"));
         assert!(!distinct("Joanna's character", "Joanna's characters"));

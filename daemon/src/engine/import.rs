@@ -8,7 +8,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use super::records::{
-    Entity, Episode, EpisodeState, Fact, Job, JobKind, MemoryRecord, Passage, RecallBlock, Source, StoredMessage, Trace, UnitScore,
+    Entity, Episode, EpisodeState, Fact, Job, JobKind, MemoryRecord, Passage, RecallBlock, Source, StoredMessage,
+    Trace, UnitScore,
 };
 use super::{graph, state, Engine, EngineError};
 use crate::formats::{self, Format, Role};
@@ -73,9 +74,10 @@ impl Engine {
         };
         check_numbering(&record, &messages, &episodes, &facts, &jobs)?;
 
-        let exists = self
-            .store
-            .read(|r| Ok(r.get::<serde::de::IgnoredAny>(Table::Memories, &keys::memory(memory))?.is_some()))?;
+        let exists = self.store.read(|r| {
+            Ok(r.get::<serde::de::IgnoredAny>(Table::Memories, &keys::memory(memory))?
+                .is_some())
+        })?;
         if exists {
             return Err(EngineError::Conflict(format!(
                 "memory {memory:?} exists; forget it first or import under another name"
@@ -185,16 +187,17 @@ fn message(m: &Value, i: usize) -> Result<StoredMessage, EngineError> {
     let parse = |k: &str| -> Result<Value, EngineError> { get(k).cloned() };
     let raw = get("message")?;
     let format: Format = match m.get("format") {
-        Some(f) => serde_json::from_value(f.clone())
-            .map_err(|e| EngineError::InvalidArgument(format!("{at}.format: {e}")))?,
+        Some(f) => {
+            serde_json::from_value(f.clone()).map_err(|e| EngineError::InvalidArgument(format!("{at}.format: {e}")))?
+        }
         // Exports from before `format` was written: Responses items carry a `type` or are a
         // bare string; Chat messages never do.
         None if raw.is_string() || raw.get("type").is_some() => Format::Responses,
         None => Format::ChatCompletions,
     };
     let message = formats::parse_stored(raw, format, &format!("{at}.message"))?;
-    let role: Role = serde_json::from_value(parse("role")?)
-        .map_err(|e| EngineError::InvalidArgument(format!("{at}.role: {e}")))?;
+    let role: Role =
+        serde_json::from_value(parse("role")?).map_err(|e| EngineError::InvalidArgument(format!("{at}.role: {e}")))?;
     if role != message.role {
         return Err(EngineError::InvalidArgument(format!(
             "{at}: role {role:?} does not match the message's own ({:?})",

@@ -7,8 +7,8 @@
 //! by the next job or by the check at start (which only reads the store).
 
 use super::passages::passages_of;
-use super::records::{EpisodeState, Fact, MemoryRecord, Passage, StoredMessage, VectorKind, VectorRecord};
 use super::recall::Doc;
+use super::records::{EpisodeState, Fact, MemoryRecord, Passage, StoredMessage, VectorKind, VectorRecord};
 use super::state::State;
 use super::{cut, graph, units, Engine, EngineError};
 use crate::index::{IndexError, Marks};
@@ -71,12 +71,22 @@ pub(super) fn apply_passages(st: &mut State, passages: Vec<Passage>, vectors: Op
     }
     let mut episodes: Vec<u64> = passages.iter().map(|p| p.episode).collect();
     episodes.dedup();
-    if episodes.iter().any(|&e| st.episodes.get(e as usize).is_none_or(|e| e.passaged)) {
+    if episodes
+        .iter()
+        .any(|&e| st.episodes.get(e as usize).is_none_or(|e| e.passaged))
+    {
         return false;
     }
     if let Some((model, vs)) = vectors {
         for (p, v) in passages.iter().zip(vs) {
-            st.put_vector(VectorKind::Passage, p.n, VectorRecord { model: model.clone(), v });
+            st.put_vector(
+                VectorKind::Passage,
+                p.n,
+                VectorRecord {
+                    model: model.clone(),
+                    v,
+                },
+            );
         }
     }
     for e in episodes {
@@ -89,13 +99,20 @@ pub(super) fn apply_passages(st: &mut State, passages: Vec<Passage>, vectors: Op
 impl Engine {
     /// Embeds the passages' texts (from [`passage_drafts`]) for the index (no lock held). None
     /// without an embedder.
-    pub(super) fn embed_passages(&self, memory: &str, texts: &[String]) -> Result<Option<(String, Vec<Vec<f32>>)>, String> {
+    pub(super) fn embed_passages(
+        &self,
+        memory: &str,
+        texts: &[String],
+    ) -> Result<Option<(String, Vec<Vec<f32>>)>, String> {
         let Some(models) = &self.models else { return Ok(None) };
         if texts.is_empty() {
             return Ok(None);
         }
         let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let vs = models.embedder.embed(&CallCtx::new(memory), &texts).map_err(|e| e.to_string())?;
+        let vs = models
+            .embedder
+            .embed(&CallCtx::new(memory), &texts)
+            .map_err(|e| e.to_string())?;
         if vs.len() != texts.len() {
             return Err("embedder gave the wrong number of vectors".into());
         }
@@ -110,7 +127,10 @@ impl Engine {
         let Some(ix) = &self.indexes else { return Ok(()) };
         let lock = self.index_lock(memory);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(record) = self.store.read(|r| r.get::<MemoryRecord>(Table::Memories, &keys::memory(memory)))? else {
+        let Some(record) = self
+            .store
+            .read(|r| r.get::<MemoryRecord>(Table::Memories, &keys::memory(memory)))?
+        else {
             return Ok(());
         };
         let truth = marks_of(&record);
@@ -127,7 +147,10 @@ impl Engine {
             }
         };
         let model = self.models.as_ref().map(|m| m.embedder.id().name);
-        let vector = |r: &crate::store::Reader<'_>, kind: VectorKind, n: u64| -> Result<Option<Vec<f32>>, crate::store::StoreError> {
+        let vector = |r: &crate::store::Reader<'_>,
+                      kind: VectorKind,
+                      n: u64|
+         -> Result<Option<Vec<f32>>, crate::store::StoreError> {
             let v: Option<VectorRecord> = r.get(Table::Vectors, &keys::seq2(memory, kind as u64, n))?;
             Ok(v.filter(|v| Some(&v.model) == model.as_ref()).map(|v| v.v))
         };
@@ -142,12 +165,17 @@ impl Engine {
                 }
                 Ok(true)
             })?;
-            r.visit(Table::Passages, &prefix, &keys::seq(memory, from.passages), |_, p: Passage| {
-                if p.n < truth.passages {
-                    docs.push((Doc::Passage(p.n), p.text, vector(r, VectorKind::Passage, p.n)?));
-                }
-                Ok(true)
-            })?;
+            r.visit(
+                Table::Passages,
+                &prefix,
+                &keys::seq(memory, from.passages),
+                |_, p: Passage| {
+                    if p.n < truth.passages {
+                        docs.push((Doc::Passage(p.n), p.text, vector(r, VectorKind::Passage, p.n)?));
+                    }
+                    Ok(true)
+                },
+            )?;
             entities = graph::entity_vectors(r, memory, from.entities, model.as_deref())?;
             Ok(())
         })?;
@@ -164,7 +192,12 @@ impl Engine {
         }
         ix.commit(memory).map_err(index_error)?;
         ix.set_marks(memory, truth).map_err(index_error)?;
-        tracing::debug!(memory, added = docs.len(), entities = entities.len(), "search indexes updated");
+        tracing::debug!(
+            memory,
+            added = docs.len(),
+            entities = entities.len(),
+            "search indexes updated"
+        );
         Ok(())
     }
 
@@ -173,7 +206,9 @@ impl Engine {
     /// made to the entity index, then moves the entity mark, so the next job's names are
     /// resolved against them without a scan. Adding is idempotent.
     pub(super) fn index_graph(&self, memory: &str, facts: &[u64]) -> Result<(), EngineError> {
-        let (Some(ix), Some(models)) = (&self.indexes, &self.models) else { return Ok(()) };
+        let (Some(ix), Some(models)) = (&self.indexes, &self.models) else {
+            return Ok(());
+        };
         let model = models.embedder.id().name;
         let lock = self.index_lock(memory);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -190,9 +225,15 @@ impl Engine {
                 }
             }
             let from = marks.map_or(0, |m| m.entities);
-            Ok(Some((out, graph::entity_vectors(r, memory, from, Some(&model))?, record.next_entity)))
+            Ok(Some((
+                out,
+                graph::entity_vectors(r, memory, from, Some(&model))?,
+                record.next_entity,
+            )))
         })?;
-        let Some((fact_vectors, entities, next_entity)) = read else { return Ok(()) };
+        let Some((fact_vectors, entities, next_entity)) = read else {
+            return Ok(());
+        };
         if let Some(vix) = &ix.vectors {
             for (n, v) in &fact_vectors {
                 vix.add(memory, Doc::Fact(*n).key(), v).map_err(index_error)?;
@@ -206,7 +247,14 @@ impl Engine {
             eix.save(memory).map_err(index_error)?;
             // Without marks the memory's indexes are rebuilt whole by its next `Index` job.
             if let Some(m) = marks.filter(|m| m.entities < next_entity) {
-                ix.set_marks(memory, Marks { entities: next_entity, ..m }).map_err(index_error)?;
+                ix.set_marks(
+                    memory,
+                    Marks {
+                        entities: next_entity,
+                        ..m
+                    },
+                )
+                .map_err(index_error)?;
             }
         }
         Ok(())
@@ -215,8 +263,14 @@ impl Engine {
     /// What the memory's entity index holds and how far its mark says it is current: for
     /// tests and diagnostics. None without an entity index.
     pub fn entity_index(&self, memory: &str) -> Result<Option<(Vec<u64>, u64)>, EngineError> {
-        let Some(eix) = self.indexes.as_ref().and_then(|ix| ix.entities.as_ref()) else { return Ok(None) };
-        let marks = self.indexes.as_ref().and_then(|ix| ix.marks(memory)).unwrap_or_default();
+        let Some(eix) = self.indexes.as_ref().and_then(|ix| ix.entities.as_ref()) else {
+            return Ok(None);
+        };
+        let marks = self
+            .indexes
+            .as_ref()
+            .and_then(|ix| ix.marks(memory))
+            .unwrap_or_default();
         Ok(Some((eix.ids(memory).map_err(index_error)?, marks.entities)))
     }
 
@@ -286,7 +340,12 @@ mod tests {
     use crate::formats::{Format, Message, Role};
 
     fn msg(mem: &mut MemoryRecord, role: Role, text: &str) -> StoredMessage {
-        let m = StoredMessage::new(mem, Message::new(Format::ChatCompletions, role, text), 0.0, Source::Request);
+        let m = StoredMessage::new(
+            mem,
+            Message::new(Format::ChatCompletions, role, text),
+            0.0,
+            Source::Request,
+        );
         mem.next_seq += 1;
         if role == Role::User {
             mem.turn += 1;
@@ -307,10 +366,21 @@ mod tests {
         let ps = passages_of(0, &refs, 0, 160);
         assert_eq!(ps.len(), 2, "the long message is a passage of its own");
         let of = |p: &Passage| -> Vec<&StoredMessage> {
-            refs.iter().copied().filter(|m| (p.first_seq..=p.last_seq).contains(&m.seq)).collect()
+            refs.iter()
+                .copied()
+                .filter(|m| (p.first_seq..=p.last_seq).contains(&m.seq))
+                .collect()
         };
-        assert_eq!(embedding_text(&ps[0], &of(&ps[0])), ps[0].text, "two units: the passage's text");
-        assert_eq!(embedding_text(&ps[1], &of(&ps[1])), cut::unit_text(&of(&ps[1])), "one unit: what scoring embedded");
+        assert_eq!(
+            embedding_text(&ps[0], &of(&ps[0])),
+            ps[0].text,
+            "two units: the passage's text"
+        );
+        assert_eq!(
+            embedding_text(&ps[1], &of(&ps[1])),
+            cut::unit_text(&of(&ps[1])),
+            "one unit: what scoring embedded"
+        );
         assert_ne!(cut::unit_text(&of(&ps[1])), ps[1].text);
     }
 }

@@ -12,11 +12,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::cut::{self, UnitBatch, CONTEXT_UNITS};
-use super::records::{EpisodeState, Fact, Job, JobKind, Passage, StoredMessage, TraceKind, UnitScore, VectorKind, VectorRecord};
+use super::records::{
+    EpisodeState, Fact, Job, JobKind, Passage, StoredMessage, TraceKind, UnitScore, VectorKind, VectorRecord,
+};
 use super::state::{self, State};
 use super::{distill, graph, indexing, scopes, units, Engine, EngineError};
-use crate::store::{keys, Table};
 use crate::models::{BoundaryScore, CallCtx};
+use crate::store::{keys, Table};
 
 /// What the lanes have done since start (for `stats`): throughput is visible, never guessed.
 #[derive(Default)]
@@ -83,14 +85,20 @@ enum Snapshot {
 enum Judged {
     /// (episode, score, yes, fact) per answer.
     Traces(Vec<(u64, f64, bool, u64)>),
-    Units { batch: UnitBatch, scores: Vec<BoundaryScore> },
+    Units {
+        batch: UnitBatch,
+        scores: Vec<BoundaryScore>,
+    },
     Graph(graph::Plan),
     /// New embeddings, and whether more are left for another job.
     Vectors(Vec<(VectorKind, u64, VectorRecord)>, bool),
     /// Passages with their vectors (model name, one per passage) when there is an embedder.
     Passages(Vec<Passage>, Option<(String, Vec<Vec<f32>>)>),
     /// The indices of a recall block's items to keep.
-    Distilled { seq: u64, keep: Vec<usize> },
+    Distilled {
+        seq: u64,
+        keep: Vec<usize>,
+    },
     /// The model failed: the job stays queued, counted as a failed attempt.
     Failed(String),
     Nothing,
@@ -132,7 +140,8 @@ impl Engine {
         let started = std::time::Instant::now();
         let judged = self.judge_snapshot(memory, snapshot);
         let c = &self.lane_counters;
-        c.judge_micros.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        c.judge_micros
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         match &judged {
             Judged::Traces(t) => c.fact_judgments.fetch_add(t.len() as u64, Ordering::Relaxed),
             Judged::Units { batch, .. } => c.units_judged.fetch_add(batch.spans.len() as u64, Ordering::Relaxed),
@@ -152,7 +161,10 @@ impl Engine {
         // The memory may have been forgotten while the job judged: then nothing is applied
         // (saving would bring it back).
         let job_key = keys::seq(memory, job.n);
-        if !self.store.read(|r| Ok(r.get::<serde::de::IgnoredAny>(Table::Jobs, &job_key)?.is_some()))? {
+        if !self
+            .store
+            .read(|r| Ok(r.get::<serde::de::IgnoredAny>(Table::Jobs, &job_key)?.is_some()))?
+        {
             return Ok(true);
         }
         let mut st = self.take_state(memory, 0.0)?;
@@ -210,7 +222,10 @@ impl Engine {
                 tracing::warn!(memory, error = %e, "search indexes not updated");
             }
             let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-            if !self.store.read(|r| Ok(r.get::<serde::de::IgnoredAny>(Table::Jobs, &job_key)?.is_some()))? {
+            if !self
+                .store
+                .read(|r| Ok(r.get::<serde::de::IgnoredAny>(Table::Jobs, &job_key)?.is_some()))?
+            {
                 return Ok(true); // forgotten meanwhile
             }
             let mut st = self.take_state(memory, 0.0)?;
@@ -257,11 +272,19 @@ impl Engine {
                     .filter_map(|&n| st.fact(n).filter(|f| f.is_active()))
                     .map(|f| {
                         let own: BTreeSet<u64> = f.all_episodes().collect();
-                        (f.n, f.note.clone(), episodes_to_judge(&scopes::word_set(&f.note), &own, &words))
+                        (
+                            f.n,
+                            f.note.clone(),
+                            episodes_to_judge(&scopes::word_set(&f.note), &own, &words),
+                        )
                     })
                     .collect();
                 let wanted: BTreeSet<u64> = facts.iter().flat_map(|(_, _, es)| es.iter().copied()).collect();
-                let episodes = pool.into_iter().filter(|(e, ..)| wanted.contains(e)).map(|(e, texts, _)| (e, texts)).collect();
+                let episodes = pool
+                    .into_iter()
+                    .filter(|(e, ..)| wanted.contains(e))
+                    .map(|(e, texts, _)| (e, texts))
+                    .collect();
                 Snapshot::Facts { facts, episodes }
             }
             JobKind::ScoreUnits => cut::units_to_score(st).map_or(Snapshot::Nothing, Snapshot::Units),
@@ -272,9 +295,7 @@ impl Engine {
                 let (passages, texts) = indexing::passage_drafts(st, self.config.passage_tokens);
                 Snapshot::Passages(passages, texts)
             }
-            JobKind::Distill { seq } => {
-                distill::snapshot(st, *seq).map_or(Snapshot::Nothing, Snapshot::Distill)
-            }
+            JobKind::Distill { seq } => distill::snapshot(st, *seq).map_or(Snapshot::Nothing, Snapshot::Distill),
             JobKind::Handoff => Snapshot::Nothing,
         }
     }
@@ -289,7 +310,9 @@ impl Engine {
                 Err(e) => Judged::Failed(e),
             };
         }
-        let Some(models) = &self.models else { return Judged::Nothing };
+        let Some(models) = &self.models else {
+            return Judged::Nothing;
+        };
         let ctx = CallCtx { memory };
         match snapshot {
             Snapshot::Facts { facts, episodes } => {
@@ -331,11 +354,13 @@ impl Engine {
                     }
                 }
             }
-            Snapshot::Graph(facts) => match graph::plan(models, &self.store, memory, &facts, self.entity_lookup(memory)) {
-                Ok(Some(plan)) => Judged::Graph(plan),
-                Ok(None) => Judged::Nothing,
-                Err(e) => Judged::Failed(e),
-            },
+            Snapshot::Graph(facts) => {
+                match graph::plan(models, &self.store, memory, &facts, self.entity_lookup(memory)) {
+                    Ok(Some(plan)) => Judged::Graph(plan),
+                    Ok(None) => Judged::Nothing,
+                    Err(e) => Judged::Failed(e),
+                }
+            }
             Snapshot::Reembed => match self.reembed(models, memory) {
                 Ok((vectors, more)) => Judged::Vectors(vectors, more),
                 Err(e) => Judged::Failed(e),
@@ -360,10 +385,11 @@ impl Engine {
         let model = models.embedder.id().name;
         let mut stale: Vec<(VectorKind, u64, String)> = Vec::new();
         let mut more = false;
-        let current = |r: &crate::store::Reader<'_>, kind: VectorKind, n: u64| -> Result<bool, crate::store::StoreError> {
-            let v: Option<VectorRecord> = r.get(Table::Vectors, &keys::seq2(memory, kind as u64, n))?;
-            Ok(v.is_some_and(|v| v.model == model))
-        };
+        let current =
+            |r: &crate::store::Reader<'_>, kind: VectorKind, n: u64| -> Result<bool, crate::store::StoreError> {
+                let v: Option<VectorRecord> = r.get(Table::Vectors, &keys::seq2(memory, kind as u64, n))?;
+                Ok(v.is_some_and(|v| v.model == model))
+            };
         let prefix = keys::memory_prefix(memory);
         self.store
             .read(|r| {
@@ -380,21 +406,28 @@ impl Engine {
                     stale.push((kind, n, text));
                     Ok(true)
                 };
-                r.visit(Table::Facts, &prefix, &prefix, |_, f: Fact| take(VectorKind::Fact, f.n, f.note))?;
+                r.visit(Table::Facts, &prefix, &prefix, |_, f: Fact| {
+                    take(VectorKind::Fact, f.n, f.note)
+                })?;
                 r.visit(Table::Passages, &prefix, &prefix, |_, p: Passage| {
                     if current(r, VectorKind::Passage, p.n)? {
                         return Ok(true);
                     }
                     let mut ms: Vec<StoredMessage> = Vec::new();
-                    r.visit(Table::Messages, &prefix, &keys::seq(memory, p.first_seq), |_, m: StoredMessage| {
-                        if m.seq > p.last_seq {
-                            return Ok(false);
-                        }
-                        if m.in_history() {
-                            ms.push(m);
-                        }
-                        Ok(true)
-                    })?;
+                    r.visit(
+                        Table::Messages,
+                        &prefix,
+                        &keys::seq(memory, p.first_seq),
+                        |_, m: StoredMessage| {
+                            if m.seq > p.last_seq {
+                                return Ok(false);
+                            }
+                            if m.in_history() {
+                                ms.push(m);
+                            }
+                            Ok(true)
+                        },
+                    )?;
                     let text = indexing::embedding_text(&p, &ms.iter().collect::<Vec<_>>());
                     take(VectorKind::Passage, p.n, text)
                 })?;
@@ -416,7 +449,16 @@ impl Engine {
             stale
                 .into_iter()
                 .zip(vectors)
-                .map(|((kind, n, _), v)| (kind, n, VectorRecord { model: model.clone(), v }))
+                .map(|((kind, n, _), v)| {
+                    (
+                        kind,
+                        n,
+                        VectorRecord {
+                            model: model.clone(),
+                            v,
+                        },
+                    )
+                })
                 .collect(),
             more,
         ))
@@ -504,14 +546,21 @@ fn episodes_to_judge(words: &BTreeSet<String>, own: &BTreeSet<u64>, pool: &[(u64
         .filter(|&(mine, n, _)| mine || n > 0)
         .collect();
     shared.sort_by(|a, b| b.cmp(a));
-    shared.into_iter().take(EPISODES_PER_FACT.max(own.len())).map(|(_, _, e)| e).collect()
+    shared
+        .into_iter()
+        .take(EPISODES_PER_FACT.max(own.len()))
+        .map(|(_, _, e)| e)
+        .collect()
 }
 
 /// The passages an episode is judged by: its units' texts as the boundary judge read them
 /// (each message's head), the first 16.
 pub(super) fn episode_passages(st: &State, n: u64) -> Vec<String> {
     let e = &st.episodes[n as usize];
-    let ms: Vec<&StoredMessage> = st.messages_in(e.first_seq, e.last_seq).filter(|m| m.in_history()).collect();
+    let ms: Vec<&StoredMessage> = st
+        .messages_in(e.first_seq, e.last_seq)
+        .filter(|m| m.in_history())
+        .collect();
     // The texts the unit-scoring job embedded, so the embedding cache answers most of them.
     units::units(&ms)
         .iter()

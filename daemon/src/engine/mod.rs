@@ -444,7 +444,13 @@ impl Engine {
                 )?;
                 across_info = info;
                 if let Some(a) = &section {
-                    injected = Some((agent, user, seq, a.items.iter().map(|i| i.n).collect::<Vec<_>>(), a.documents.clone()));
+                    injected = Some((
+                        agent,
+                        user,
+                        seq,
+                        a.items.iter().map(|i| i.n).collect::<Vec<_>>(),
+                        a.documents.clone(),
+                    ));
                 }
                 across = section;
             }
@@ -477,7 +483,10 @@ impl Engine {
             let recalled = if has_own {
                 self.recall(&st, q, seq, room, now)
             } else {
-                recall::Recalled { block: None, info: Value::Null }
+                recall::Recalled {
+                    block: None,
+                    info: Value::Null,
+                }
             };
             measure.view -= tokens::corrected(across_tokens, ratio);
             recall_info = recalled.info;
@@ -586,7 +595,15 @@ impl Engine {
             // showed is audited, in the same transaction (under the agent's lock: other
             // conversations of the user write the same hot record).
             let hot = match (&st.memory.agent, new_user_seq) {
-                (Some(agent), Some(seq)) => Some((agent.clone(), st.memory.user.clone(), st.messages.iter().find(|m| m.seq == seq).map(|m| m.message.text.clone()).unwrap_or_default())),
+                (Some(agent), Some(seq)) => Some((
+                    agent.clone(),
+                    st.memory.user.clone(),
+                    st.messages
+                        .iter()
+                        .find(|m| m.seq == seq)
+                        .map(|m| m.message.text.clone())
+                        .unwrap_or_default(),
+                )),
                 _ => None,
             };
             let agent_lock = hot.as_ref().map(|(a, _, _)| self.agent_lock(a));
@@ -594,7 +611,12 @@ impl Engine {
             self.store.write(|w| {
                 st.save(w)?;
                 if let Some((agent, user, text)) = &hot {
-                    let turn = scopes::hot::HotTurn { memory: args.memory.clone(), role: "user".into(), text: text.clone(), at: now };
+                    let turn = scopes::hot::HotTurn {
+                        memory: args.memory.clone(),
+                        role: "user".into(),
+                        text: text.clone(),
+                        at: now,
+                    };
                     scopes::hot::push_turn(w, agent, user.as_deref(), turn)?;
                 }
                 if let Some((agent, user, seq, items, documents)) = &injected {
@@ -620,10 +642,12 @@ impl Engine {
         let parsed = formats::parse_response(&args.response)?;
         // The recall tool's searches embed their queries: before the memory's lock. A failed
         // search costs the model its results, never the reply.
-        let searched = self.recall_tool_searches(&args.memory, &parsed, now).unwrap_or_else(|e| {
-            tracing::warn!(memory = %args.memory, error = %e, "the recall tool's search failed");
-            Vec::new()
-        });
+        let searched = self
+            .recall_tool_searches(&args.memory, &parsed, now)
+            .unwrap_or_else(|e| {
+                tracing::warn!(memory = %args.memory, error = %e, "the recall tool's search failed");
+                Vec::new()
+            });
         let lock = self.lock(&args.memory);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut st = self.take_state(&args.memory, now)?;
@@ -642,7 +666,9 @@ impl Engine {
         }
         // A reply message as the client keeps it: without our calls.
         let without_ours = |m: &formats::Message| {
-            scope_tools.iter().try_fold(m.without_tool_calls(&tool)?, |m, name| m.without_tool_calls(name))
+            scope_tools
+                .iter()
+                .try_fold(m.without_tool_calls(&tool)?, |m, name| m.without_tool_calls(name))
         };
         let kept: Vec<_> = parsed.messages.iter().filter_map(without_ours).collect();
         if retry::already_reported(&st.messages, &kept) {
@@ -728,17 +754,34 @@ impl Engine {
                 }
             })
             .collect();
-        let agent = st.memory.agent.clone().filter(|_| hot.is_some() || !notes_saved.is_empty());
+        let agent = st
+            .memory
+            .agent
+            .clone()
+            .filter(|_| hot.is_some() || !notes_saved.is_empty());
         let agent_lock = agent.as_ref().map(|a| self.agent_lock(a));
         let _agent_held = agent_lock.as_ref().map(|l| l.lock().unwrap_or_else(|e| e.into_inner()));
         self.store.write(|w| {
             st.save(w)?;
             if let Some((agent, user, text)) = &hot {
-                let turn = scopes::hot::HotTurn { memory: args.memory.clone(), role: "assistant".into(), text: text.clone(), at: now };
+                let turn = scopes::hot::HotTurn {
+                    memory: args.memory.clone(),
+                    role: "assistant".into(),
+                    text: text.clone(),
+                    at: now,
+                };
                 scopes::hot::push_turn(w, agent, user.as_deref(), turn)?;
             }
             if let (Some(agent), false) = (&agent, notes_saved.is_empty()) {
-                scopes::tools::save_working_notes(w, self, agent, st.memory.user.as_deref(), &args.memory, &notes_saved, now)?;
+                scopes::tools::save_working_notes(
+                    w,
+                    self,
+                    agent,
+                    st.memory.user.as_deref(),
+                    &args.memory,
+                    &notes_saved,
+                    now,
+                )?;
             }
             Ok(())
         })?;
@@ -785,7 +828,9 @@ impl Engine {
             cache.order.retain(|m| m != memory);
             cache.states.remove(memory);
         }
-        let record = self.store.read(|r| r.get::<records::MemoryRecord>(crate::store::Table::Memories, &crate::store::keys::memory(memory)))?;
+        let record = self.store.read(|r| {
+            r.get::<records::MemoryRecord>(crate::store::Table::Memories, &crate::store::keys::memory(memory))
+        })?;
         let user = record.as_ref().and_then(|m| m.user.clone());
         let agent = record.and_then(|m| m.agent);
         let agent_lock = agent.as_deref().map(|a| self.agent_lock(a));
@@ -796,7 +841,10 @@ impl Engine {
             // Its facts in its agent's scope go too, with what was distilled from them.
             if let Some(agent) = &agent {
                 let (facts, turns) = self.forget_in_scope(w, memory, agent, user.as_deref(), now)?;
-                for (table, n) in [(crate::store::Table::ScopeFacts, facts), (crate::store::Table::Hot, turns)] {
+                for (table, n) in [
+                    (crate::store::Table::ScopeFacts, facts),
+                    (crate::store::Table::Hot, turns),
+                ] {
                     if n > 0 {
                         removed.push((table.name(), n));
                     }

@@ -49,7 +49,9 @@ impl Engine {
                     });
                 }
             }
-            let rest = scope_tools.iter().try_fold(m.without_tool_calls(tool), |rest, name| Some(rest?.without_tool_calls(name)));
+            let rest = scope_tools.iter().try_fold(m.without_tool_calls(tool), |rest, name| {
+                Some(rest?.without_tool_calls(name))
+            });
             if let Some(rest) = rest.flatten() {
                 out.push(rest);
             }
@@ -95,7 +97,10 @@ impl Engine {
             .fold((u64::MAX, 0), |(a, b), (f, l)| (a.min(f), b.max(l)));
         let mut written = Vec::new();
         for f in facts.into_iter().filter(|f| !f.note.trim().is_empty()) {
-            let (valid_from, valid_to) = (f.valid_from.as_deref().and_then(parse_date), f.valid_to.as_deref().and_then(parse_date));
+            let (valid_from, valid_to) = (
+                f.valid_from.as_deref().and_then(parse_date),
+                f.valid_to.as_deref().and_then(parse_date),
+            );
             let n = st.push_fact(Fact {
                 episodes: awaiting.clone(),
                 note_seq,
@@ -137,7 +142,11 @@ pub(super) fn parse_date(s: &str) -> Option<f64> {
         None => (s, None),
     };
     let mut d = date.split('-');
-    let (y, m, day): (i64, i64, i64) = (d.next()?.parse().ok()?, d.next()?.parse().ok()?, d.next()?.parse().ok()?);
+    let (y, m, day): (i64, i64, i64) = (
+        d.next()?.parse().ok()?,
+        d.next()?.parse().ok()?,
+        d.next()?.parse().ok()?,
+    );
     if d.next().is_some() || !(1..=12).contains(&m) || !(1..=31).contains(&day) || !(1..=9999).contains(&y) {
         return None;
     }

@@ -49,10 +49,7 @@ pub(super) fn check_tool_outputs<'a>(
 
 /// `messages[i]` for the message as it sits in the request (instructions lead in Chat).
 fn name_in_request(m: &Message, request: &ParsedRequest) -> String {
-    let found = request
-        .history
-        .iter()
-        .position(|h| h.raw == m.raw && h.role == m.role);
+    let found = request.history.iter().position(|h| h.raw == m.raw && h.role == m.role);
     match found {
         Some(i) => format!("messages[{}]", request.instructions.len() + i),
         None => "a tool message".to_string(),

@@ -96,7 +96,12 @@ mod tests {
     use crate::formats::{Format, Message};
 
     fn msg(mem: &mut MemoryRecord, role: Role, text: &str, at: f64) -> StoredMessage {
-        let m = StoredMessage::new(mem, Message::new(Format::ChatCompletions, role, text), at, Source::Request);
+        let m = StoredMessage::new(
+            mem,
+            Message::new(Format::ChatCompletions, role, text),
+            at,
+            Source::Request,
+        );
         mem.next_seq += 1;
         if role == Role::User {
             mem.turn += 1;

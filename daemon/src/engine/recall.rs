@@ -216,14 +216,20 @@ impl Engine {
         // The same request sent again (after a reply that was only the note) has no new
         // message: nothing is recalled for it, so nothing is embedded. (A user who says the
         // same words twice in a row gets no recall for the second: a fair price.)
-        if record.as_ref().and_then(|r| r.last_user_fingerprint.as_deref()) == Some(fingerprint_hex(last.fingerprint()).as_str()) {
+        if record.as_ref().and_then(|r| r.last_user_fingerprint.as_deref())
+            == Some(fingerprint_hex(last.fingerprint()).as_str())
+        {
             return None;
         }
         let parts = split_parts(text);
         let started = Instant::now();
         let mut vectors = Vec::new();
         let vector_index = self.indexes.as_ref().and_then(|i| i.vectors.as_ref());
-        if let Some(queue) = self.query_embedder.as_ref().filter(|_| (own && vector_index.is_some()) || scope_facts) {
+        if let Some(queue) = self
+            .query_embedder
+            .as_ref()
+            .filter(|_| (own && vector_index.is_some()) || scope_facts)
+        {
             let mut texts: Vec<String> = vec![text.to_owned()];
             let mut words = text.split_whitespace().count().min(MODEL_WINDOW_WORDS);
             for p in &parts {

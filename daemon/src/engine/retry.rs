@@ -28,7 +28,10 @@ pub(super) fn already_reported(messages: &[StoredMessage], reply: &[Message]) ->
 
 /// `again`: the reply held only the note call (now removed), so the model must be called once
 /// more.
-pub(super) fn again(response: &serde_json::Value, removed: &[crate::formats::ToolCall]) -> Result<bool, super::EngineError> {
+pub(super) fn again(
+    response: &serde_json::Value,
+    removed: &[crate::formats::ToolCall],
+) -> Result<bool, super::EngineError> {
     let reparsed = crate::formats::parse_response(response)?;
     Ok(!removed.is_empty() && !reparsed.has_content() && reparsed.messages.iter().all(|m| m.tool_calls.is_empty()))
 }

@@ -59,10 +59,15 @@ impl State {
         // Only the scores of units not cut yet matter; older ones stay in the store.
         let uncut_from = episodes.last().map(|e| e.last_seq + 1).unwrap_or(0);
         let mut unit_scores = BTreeMap::new();
-        r.visit(Table::Units, &prefix, &keys::seq(memory, uncut_from), |_, u: UnitScore| {
-            unit_scores.insert(u.start_seq, u);
-            Ok(true)
-        })?;
+        r.visit(
+            Table::Units,
+            &prefix,
+            &keys::seq(memory, uncut_from),
+            |_, u: UnitScore| {
+                unit_scores.insert(u.start_seq, u);
+                Ok(true)
+            },
+        )?;
         Ok(State {
             memory: record.unwrap_or_else(|| MemoryRecord::new(memory, now)),
             messages: r.scan(Table::Messages, &prefix)?,
@@ -435,7 +440,11 @@ pub fn lane_depth(r: &Reader<'_>, memory: &str) -> Result<Option<LaneDepth>, Sto
     Ok(Some(LaneDepth {
         memory: memory.to_owned(),
         depth: total,
-        oldest_age_s: if oldest.queued_at > 0.0 { (wall_clock() - oldest.queued_at).max(0.0) } else { 0.0 },
+        oldest_age_s: if oldest.queued_at > 0.0 {
+            (wall_clock() - oldest.queued_at).max(0.0)
+        } else {
+            0.0
+        },
         parked: Vec::new(),
     }))
 }
@@ -477,7 +486,10 @@ pub fn lane_depths(r: &Reader<'_>, memory: Option<&str>) -> Result<Vec<LaneDepth
 pub fn pending_jobs(r: &Reader<'_>) -> Result<(Vec<String>, u64), StoreError> {
     let lanes = lane_depths(r, None)?;
     let count = lanes.iter().map(|l| l.depth).sum();
-    Ok((lanes.into_iter().filter(|l| l.depth > 0).map(|l| l.memory).collect(), count))
+    Ok((
+        lanes.into_iter().filter(|l| l.depth > 0).map(|l| l.memory).collect(),
+        count,
+    ))
 }
 
 /// Records a failed run of job `n`: parked once it failed [`super::records::PARK_AFTER`] times.

@@ -291,10 +291,12 @@ pub(crate) fn is_messages_request(obj: &Map<String, Value>) -> bool {
     // Messages knows only the user and assistant roles: a system, developer or tool message
     // is Chat's, whatever its content holds (found by fuzzing: a system message with a
     // `tool_result` block was read as Messages and rendered back as Chat).
-    if messages
-        .iter()
-        .any(|m| matches!(m.get("role").and_then(Value::as_str), Some("system" | "developer" | "tool")))
-    {
+    if messages.iter().any(|m| {
+        matches!(
+            m.get("role").and_then(Value::as_str),
+            Some("system" | "developer" | "tool")
+        )
+    }) {
         return false;
     }
     let mut block_types = messages

@@ -155,12 +155,22 @@ pub fn remember_arguments(call: &ToolCall) -> Result<Remember, FormatError> {
         v = json(s).unwrap_or(Value::String(s.clone()));
     }
     let block = |m: &serde_json::Map<String, Value>| {
-        m.get("block").and_then(Value::as_str).map(str::trim).filter(|b| !b.is_empty()).map(str::to_owned)
+        m.get("block")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|b| !b.is_empty())
+            .map(str::to_owned)
     };
     match &v {
-        Value::String(s) => Ok(Remember { note: s.clone(), block: None }),
+        Value::String(s) => Ok(Remember {
+            note: s.clone(),
+            block: None,
+        }),
         Value::Object(m) => match m.get("note") {
-            Some(Value::String(s)) => Ok(Remember { note: s.clone(), block: block(m) }),
+            Some(Value::String(s)) => Ok(Remember {
+                note: s.clone(),
+                block: block(m),
+            }),
             Some(other) => Err(FormatError::WrongType {
                 at: "note".into(),
                 expected: "a string",
@@ -275,7 +285,13 @@ fn fact(v: &Value, at: &str) -> Result<NoteFact, FormatError> {
             _ => Vec::new(),
         }
     };
-    let date = |key: &str| m.get(key).and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned);
+    let date = |key: &str| {
+        m.get(key)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+    };
     Ok(NoteFact {
         note,
         subject: text("subject", empty)?,

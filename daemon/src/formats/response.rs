@@ -231,7 +231,11 @@ mod tests {
         .unwrap();
         assert_eq!(cached.format, Format::AnthropicMessages);
         let usage = cached.usage.unwrap();
-        assert_eq!((usage.prompt_tokens, usage.completion_tokens), (4312, 7), "every input token the model read");
+        assert_eq!(
+            (usage.prompt_tokens, usage.completion_tokens),
+            (4312, 7),
+            "every input token the model read"
+        );
         let plain = parse_response(&reply(json!({"input_tokens": 12, "output_tokens": 7}))).unwrap();
         assert_eq!(plain.usage.unwrap().prompt_tokens, 12);
         let none = parse_response(&reply(json!({"output_tokens": 7}))).unwrap();

@@ -300,7 +300,10 @@ fn note_tool_shapes() {
     // Strict function calling: every property is required (optional ones are nullable/empty).
     let properties: Vec<&String> = item["properties"].as_object().unwrap().keys().collect();
     assert_eq!(item["required"], json!(properties));
-    assert_eq!(item["required"].as_array().unwrap()[..4], json!(["note", "subject", "object", "milestone"]).as_array().unwrap()[..]);
+    assert_eq!(
+        item["required"].as_array().unwrap()[..4],
+        json!(["note", "subject", "object", "milestone"]).as_array().unwrap()[..]
+    );
     assert_eq!(item["additionalProperties"], false);
     let r = note_tool(Format::Responses, "remember");
     assert_eq!(r["name"], "remember");

@@ -166,7 +166,10 @@ pub trait Judge: Send + Sync {
     /// [`about`](Judge::about) for one fact against several episodes (each given by its
     /// passages), an answer per episode in order. A model judge asks once for all of them.
     fn about_each(&self, ctx: &CallCtx, fact: &str, episodes: &[Vec<&str>]) -> Result<Vec<(f32, bool)>, ModelError> {
-        episodes.iter().map(|passages| self.about(ctx, fact, passages)).collect()
+        episodes
+            .iter()
+            .map(|passages| self.about(ctx, fact, passages))
+            .collect()
     }
     /// The level of each candidate fact against the recent dialogue, in order.
     fn walk_levels(&self, ctx: &CallCtx, dialogue: &str, facts: &[&str]) -> Result<Vec<WalkLevel>, ModelError>;
@@ -178,7 +181,10 @@ pub trait Judge: Send + Sync {
     /// [`relation`](Judge::relation) of one new fact to several held ones, an answer per held
     /// fact in order. A model judge asks once for all of them.
     fn relation_each(&self, ctx: &CallCtx, new_fact: &str, held_facts: &[&str]) -> Result<Vec<Relation>, ModelError> {
-        held_facts.iter().map(|held| self.relation(ctx, new_fact, held)).collect()
+        held_facts
+            .iter()
+            .map(|held| self.relation(ctx, new_fact, held))
+            .collect()
     }
     /// Whether each new name names the held entity it is paired with, an answer per pair in
     /// order. Asked only for names whose embeddings are close to a held entity's but below the
@@ -217,7 +223,14 @@ pub struct Extracted {
 }
 
 /// The kinds a fact may have (seed 002, `fact` when none fits).
-pub const FACT_KINDS: [&str; 6] = ["preference", "decision", "environment", "outcome", "open_question", "fact"];
+pub const FACT_KINDS: [&str; 6] = [
+    "preference",
+    "decision",
+    "environment",
+    "outcome",
+    "open_question",
+    "fact",
+];
 
 /// The loaded models and their usage counters.
 #[derive(Clone)]

@@ -755,7 +755,11 @@ impl Judge for OpenAiJudge {
             let arr = v["facts"].as_array().ok_or("facts must be an array")?;
             let mut out = Vec::with_capacity(arr.len());
             for f in arr {
-                let text = |k: &str| f[k].as_str().map(|s| s.trim().to_owned()).ok_or(format!("each fact needs a string {k}"));
+                let text = |k: &str| {
+                    f[k].as_str()
+                        .map(|s| s.trim().to_owned())
+                        .ok_or(format!("each fact needs a string {k}"))
+                };
                 let (note, subject, object, kind) = (text("note")?, text("subject")?, text("object")?, text("kind")?);
                 if note.is_empty() || note.chars().count() > MAX_FACT_CHARS {
                     return Err(format!("a fact's note must hold 1 to {MAX_FACT_CHARS} characters"));
@@ -763,7 +767,12 @@ impl Judge for OpenAiJudge {
                 if !super::FACT_KINDS.contains(&kind.as_str()) {
                     return Err(format!("kind {kind:?} is not one of {}", super::FACT_KINDS.join(", ")));
                 }
-                out.push(super::Extracted { note, subject, object, kind });
+                out.push(super::Extracted {
+                    note,
+                    subject,
+                    object,
+                    kind,
+                });
             }
             Ok(out)
         })
@@ -812,7 +821,9 @@ impl Judge for OpenAiJudge {
                 } } },
             }),
         };
-        self.ask(ctx, task, |v| per_item(&v["relations"], n, "fact", |item| relation_of(&item["relation"])))
+        self.ask(ctx, task, |v| {
+            per_item(&v["relations"], n, "fact", |item| relation_of(&item["relation"]))
+        })
     }
 
     /// One call for every name a `Graph` job could not settle by its embedding alone (#8:
@@ -830,7 +841,11 @@ impl Judge for OpenAiJudge {
                     "Pair {i}: new name {:?}, in the fact: {}\n  held entity, known as: {}\n",
                     snippet(p.name, MAX_ITEM_CHARS),
                     snippet(p.fact, MAX_ITEM_CHARS),
-                    p.held.iter().map(|h| format!("{:?}", snippet(h, MAX_ITEM_CHARS))).collect::<Vec<_>>().join(", ")
+                    p.held
+                        .iter()
+                        .map(|h| format!("{:?}", snippet(h, MAX_ITEM_CHARS)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )
             })
             .collect();
@@ -849,7 +864,11 @@ impl Judge for OpenAiJudge {
             }),
         };
         self.ask(ctx, task, |v| {
-            per_item(&v["pairs"], n, "pair", |item| item["same"].as_bool().ok_or_else(|| "same must be true or false".to_string()))
+            per_item(&v["pairs"], n, "pair", |item| {
+                item["same"]
+                    .as_bool()
+                    .ok_or_else(|| "same must be true or false".to_string())
+            })
         })
     }
 }

@@ -57,8 +57,14 @@ impl Priority {
         let mut counts = self.counts();
         let ahead = counts.begun;
         while counts.finished < ahead {
-            let Some(left) = until.checked_duration_since(Instant::now()) else { return };
-            counts = self.turn.wait_timeout(counts, left).unwrap_or_else(|e| e.into_inner()).0;
+            let Some(left) = until.checked_duration_since(Instant::now()) else {
+                return;
+            };
+            counts = self
+                .turn
+                .wait_timeout(counts, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
     }
 }
@@ -217,7 +223,12 @@ mod tests {
             calls: Default::default(),
         });
         let q = Arc::new(QueryEmbedder::new(slow.clone(), Arc::default()));
-        assert_eq!(q.embed("m", vec!["a".into(), "b".into()], Duration::from_secs(5)).unwrap().len(), 2);
+        assert_eq!(
+            q.embed("m", vec!["a".into(), "b".into()], Duration::from_secs(5))
+                .unwrap()
+                .len(),
+            2
+        );
         // Five callers at once, each waiting 50 ms: the first occupies the worker past every
         // deadline, so the other four are dropped without a model call.
         let callers: Vec<_> = (0..5)
@@ -231,7 +242,11 @@ mod tests {
         }
         // Wait for the worker to finish the one it started.
         q.embed("m", vec!["y".into()], Duration::from_secs(5)).unwrap();
-        assert_eq!(slow.calls.load(std::sync::atomic::Ordering::SeqCst), 3, "first, one late, last");
+        assert_eq!(
+            slow.calls.load(std::sync::atomic::Ordering::SeqCst),
+            3,
+            "first, one late, last"
+        );
         assert_eq!(q.dropped(), 4);
     }
 }
@@ -254,7 +269,10 @@ mod priority_tests {
         drop(guard);
         let waited = waiter.join().unwrap();
         assert!(waited >= Duration::from_millis(100), "{waited:?}");
-        assert!(waited < MAX_YIELD, "released when the request path was done: {waited:?}");
+        assert!(
+            waited < MAX_YIELD,
+            "released when the request path was done: {waited:?}"
+        );
         // With nobody waiting it does not wait at all.
         let t = Instant::now();
         priority.wait_turn();
@@ -277,7 +295,10 @@ mod priority_tests {
         std::thread::sleep(Duration::from_millis(50));
         drop(first);
         let waited = waiter.join().unwrap();
-        assert!(waited >= Duration::from_millis(100) && waited < Duration::from_millis(500), "{waited:?}");
+        assert!(
+            waited >= Duration::from_millis(100) && waited < Duration::from_millis(500),
+            "{waited:?}"
+        );
         drop(second);
     }
 }

@@ -222,7 +222,10 @@ async fn run(state: &Arc<AppState>, peer: &Peer, request: Request) -> Result<Val
 
 fn agent_changes(a: &AgentArgs) -> Result<AgentChanges, ErrorBody> {
     let bad = |what: &str, allowed: &str, got: &str| {
-        ErrorBody::new(ErrorCode::InvalidArgument, format!("{what} must be one of {allowed}, got {got:?}"))
+        ErrorBody::new(
+            ErrorCode::InvalidArgument,
+            format!("{what} must be one of {allowed}, got {got:?}"),
+        )
     };
     let policy = match a.policy.as_deref() {
         None => None,
@@ -248,13 +251,23 @@ fn agent_changes(a: &AgentArgs) -> Result<AgentChanges, ErrorBody> {
         .as_ref()
         .map(|d| serde_json::from_value::<crate::engine::scopes::decay::Schedule>(d.clone()))
         .transpose()
-        .map_err(|e| ErrorBody::new(ErrorCode::InvalidArgument, format!("decay_days must be {{general, emotional, educational}} in days: {e}")))?;
+        .map_err(|e| {
+            ErrorBody::new(
+                ErrorCode::InvalidArgument,
+                format!("decay_days must be {{general, emotional, educational}} in days: {e}"),
+            )
+        })?;
     let keep_weights = a
         .keep_weights
         .as_ref()
         .map(|d| serde_json::from_value::<crate::engine::scopes::decay::KeepWeights>(d.clone()))
         .transpose()
-        .map_err(|e| ErrorBody::new(ErrorCode::InvalidArgument, format!("keep_weights must be {{age, access, confidence}}: {e}")))?;
+        .map_err(|e| {
+            ErrorBody::new(
+                ErrorCode::InvalidArgument,
+                format!("keep_weights must be {{age, access, confidence}}: {e}"),
+            )
+        })?;
     Ok(AgentChanges {
         policy,
         sharing,
@@ -267,7 +280,9 @@ fn agent_changes(a: &AgentArgs) -> Result<AgentChanges, ErrorBody> {
 
 /// The scope ops, each with the arguments it needs.
 fn scope_op(engine: &crate::engine::Engine, op: &str, a: ScopeArgs) -> Result<Value, EngineError> {
-    let need_id = || a.id.ok_or_else(|| EngineError::InvalidArgument(format!("{op} needs `id`, the memory's number")));
+    let need_id = || {
+        a.id.ok_or_else(|| EngineError::InvalidArgument(format!("{op} needs `id`, the memory's number")))
+    };
     let user = a.user.as_deref();
     match op {
         "list_memories" => engine.list_scope(
@@ -283,7 +298,10 @@ fn scope_op(engine: &crate::engine::Engine, op: &str, a: ScopeArgs) -> Result<Va
             a.now,
         ),
         "search_memories" => {
-            let q = a.query.as_deref().ok_or_else(|| EngineError::InvalidArgument("search_memories needs `query`".into()))?;
+            let q = a
+                .query
+                .as_deref()
+                .ok_or_else(|| EngineError::InvalidArgument("search_memories needs `query`".into()))?;
             engine.search_scope(&a.agent, user, q, a.limit.unwrap_or(10) as usize, a.as_of, a.now)
         }
         "observe_memory" => engine.observe_scope(&a.agent, user, need_id()?, a.now),
@@ -311,13 +329,22 @@ fn scope_op(engine: &crate::engine::Engine, op: &str, a: ScopeArgs) -> Result<Va
         }
         "doctor" => engine.doctor(&a.agent, a.now),
         "core_block" => {
-            let name = a.name.as_deref().ok_or_else(|| EngineError::InvalidArgument("core_block needs `name`".into()))?;
+            let name = a
+                .name
+                .as_deref()
+                .ok_or_else(|| EngineError::InvalidArgument("core_block needs `name`".into()))?;
             engine.set_core_block(&a.agent, user, name, a.text.as_deref().unwrap_or(""), a.now)
         }
         "hot" => engine.hot_state(&a.agent, user),
         "add_document" => {
-            let name = a.name.as_deref().ok_or_else(|| EngineError::InvalidArgument("add_document needs `name`".into()))?;
-            let text = a.text.as_deref().ok_or_else(|| EngineError::InvalidArgument("add_document needs `text`".into()))?;
+            let name = a
+                .name
+                .as_deref()
+                .ok_or_else(|| EngineError::InvalidArgument("add_document needs `name`".into()))?;
+            let text = a
+                .text
+                .as_deref()
+                .ok_or_else(|| EngineError::InvalidArgument("add_document needs `text`".into()))?;
             engine.add_document(&a.agent, name, text, a.now)
         }
         "list_documents" => engine.list_documents(&a.agent),
@@ -352,7 +379,10 @@ fn own_memories_only(stats: &mut Value, peer: &Peer) {
     let own = std::mem::take(per_memory)
         .into_iter()
         .filter_map(|(k, v)| match peer.namespace() {
-            Some(ns) => k.strip_prefix(ns).and_then(|r| r.strip_prefix('/')).map(|m| (m.to_owned(), v)),
+            Some(ns) => k
+                .strip_prefix(ns)
+                .and_then(|r| r.strip_prefix('/'))
+                .map(|m| (m.to_owned(), v)),
             None => Some((k, v)),
         })
         .collect();

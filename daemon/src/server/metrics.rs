@@ -88,11 +88,21 @@ pub fn prometheus(m: &Value) -> String {
     for (op, s) in &requests {
         let _ = writeln!(out, "recalld_requests_total{{op=\"{op}\"}} {}", s["count"]);
     }
-    family(&mut out, "request_errors_total", "counter", "Requests answered with an error, by op.");
+    family(
+        &mut out,
+        "request_errors_total",
+        "counter",
+        "Requests answered with an error, by op.",
+    );
     for (op, s) in &requests {
         let _ = writeln!(out, "recalld_request_errors_total{{op=\"{op}\"}} {}", s["errors"]);
     }
-    family(&mut out, "request_duration_seconds", "histogram", "Time from decoded request to reply, by op.");
+    family(
+        &mut out,
+        "request_duration_seconds",
+        "histogram",
+        "Time from decoded request to reply, by op.",
+    );
     for (op, s) in &requests {
         for b in s["buckets"].as_array().into_iter().flatten() {
             let le = match &b[0] {
@@ -105,8 +115,16 @@ pub fn prometheus(m: &Value) -> String {
                 b[1]
             );
         }
-        let _ = writeln!(out, "recalld_request_duration_seconds_sum{{op=\"{op}\"}} {}", s["sum_seconds"]);
-        let _ = writeln!(out, "recalld_request_duration_seconds_count{{op=\"{op}\"}} {}", s["count"]);
+        let _ = writeln!(
+            out,
+            "recalld_request_duration_seconds_sum{{op=\"{op}\"}} {}",
+            s["sum_seconds"]
+        );
+        let _ = writeln!(
+            out,
+            "recalld_request_duration_seconds_count{{op=\"{op}\"}} {}",
+            s["count"]
+        );
     }
     family(&mut out, "errors_total", "counter", "Error replies, by wire code.");
     for (code, n) in m["errors"].as_object().into_iter().flatten() {
@@ -116,7 +134,11 @@ pub fn prometheus(m: &Value) -> String {
         ("connections_open", "gauge", "Open client connections."),
         ("connections_total", "counter", "Connections accepted since start."),
         ("bad_frames_total", "counter", "Frames too large or undecodable."),
-        ("lane_jobs", "gauge", "Background jobs queued in the store, all memories (lane depth)."),
+        (
+            "lane_jobs",
+            "gauge",
+            "Background jobs queued in the store, all memories (lane depth).",
+        ),
         ("store_bytes", "gauge", "Size of the LMDB data file."),
         ("store_map_bytes", "gauge", "Current LMDB map size."),
         ("memories", "gauge", "Memories stored, all namespaces."),
@@ -171,8 +193,17 @@ mod tests {
         assert_eq!(snap["requests"]["other"]["count"], 2);
         assert_eq!(snap["errors"]["unknown_op"], 2);
         let text = prometheus(&snap);
-        assert!(text.contains("recalld_request_duration_seconds_bucket{op=\"decorate\",le=\"+Inf\"} 3\n"), "{text}");
-        assert!(text.contains("recalld_errors_total{code=\"invalid_argument\"} 1\n"), "{text}");
-        assert!(text.contains("# TYPE recalld_request_duration_seconds histogram\n"), "{text}");
+        assert!(
+            text.contains("recalld_request_duration_seconds_bucket{op=\"decorate\",le=\"+Inf\"} 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("recalld_errors_total{code=\"invalid_argument\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE recalld_request_duration_seconds histogram\n"),
+            "{text}"
+        );
     }
 }

@@ -88,7 +88,8 @@ impl Namespaces {
                     rule.gids.insert(gid);
                     rule.uids.extend(members.iter().filter_map(|m| user_id(m)));
                 } else {
-                    rule.uids.insert(user_id(member).ok_or_else(|| PeerError::NoSuchUser(member.clone()))?);
+                    rule.uids
+                        .insert(user_id(member).ok_or_else(|| PeerError::NoSuchUser(member.clone()))?);
                 }
             }
             rules.push(rule);
@@ -200,7 +201,11 @@ mod tests {
         .unwrap();
         assert_eq!(ns.peer(4002, 4002, None).qualify("m"), "u4002/m");
         assert_eq!(ns.peer(4001, 4001, None).qualify("m"), "u4000/m", "a listed uid");
-        assert_eq!(ns.peer(4003, 0, None).qualify("m"), "u4000/m", "primary group 0 is listed");
+        assert_eq!(
+            ns.peer(4003, 0, None).qualify("m"),
+            "u4000/m",
+            "primary group 0 is listed"
+        );
         assert_eq!(ns.peer(4000, 4000, None).qualify("m"), "u4000/m", "the owner itself");
         // A caller cannot step into another namespace by naming it.
         assert_eq!(ns.peer(4002, 4002, None).qualify("u4000/m"), "u4002/u4000/m");

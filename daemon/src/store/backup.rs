@@ -138,7 +138,10 @@ fn copy_env(env: &Environment, dest: &Path) -> Result<(), StoreError> {
     let name = dest
         .file_name()
         .ok_or_else(|| StoreError::Copy(format!("{} has no file name", dest.display())))?;
-    let parent = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let parent = dest
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let mut partial_name = name.to_os_string();
     partial_name.push(format!(".partial-{}", std::process::id()));
     let partial = parent.join(partial_name);
@@ -189,8 +192,16 @@ mod tests {
         let info = store.backup_to(&copy).unwrap();
         assert_eq!(info.memories, 100);
         assert_eq!(info.schema_version, SCHEMA_VERSION);
-        assert!(info.bytes < store.size_bytes(), "{} vs {}", info.bytes, store.size_bytes());
-        assert!(matches!(store.backup_to(&copy), Err(StoreError::Copy(_))), "never overwrites");
+        assert!(
+            info.bytes < store.size_bytes(),
+            "{} vs {}",
+            info.bytes,
+            store.size_bytes()
+        );
+        assert!(
+            matches!(store.backup_to(&copy), Err(StoreError::Copy(_))),
+            "never overwrites"
+        );
         drop(store);
 
         let other = dir.path().join("restored");

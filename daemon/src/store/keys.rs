@@ -31,7 +31,11 @@ pub fn seq2(memory: &str, a: u64, b: u64) -> Vec<u8> {
 
 /// The number a `seq` or `seq2` key ends with (its last 8 bytes).
 pub fn last_number(key: &[u8]) -> u64 {
-    u64::from_be_bytes(key[key.len() - 8..].try_into().expect("a key ending in an 8-byte number"))
+    u64::from_be_bytes(
+        key[key.len() - 8..]
+            .try_into()
+            .expect("a key ending in an 8-byte number"),
+    )
 }
 
 /// The prefix of every `seq2(memory, a, _)` key.
@@ -53,7 +57,9 @@ pub fn name(memory: &str, name: &str) -> Vec<u8> {
         }
         k.extend_from_slice(name[..end].as_bytes());
         // FNV-1a: stable across builds and platforms.
-        let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+        let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        });
         k.extend_from_slice(format!("#{h:016x}").as_bytes());
     }
     k

@@ -129,7 +129,14 @@ impl Table {
     fn keyed_by_memory(self) -> MemoryKeying {
         match self {
             // Keyed by agent: a forgotten memory's scope facts are removed by `scopes`.
-            Table::Meta | Table::Agents | Table::ScopeFacts | Table::Audit | Table::Hot | Table::Documents | Table::Verdicts | Table::Routines => MemoryKeying::None,
+            Table::Meta
+            | Table::Agents
+            | Table::ScopeFacts
+            | Table::Audit
+            | Table::Hot
+            | Table::Documents
+            | Table::Verdicts
+            | Table::Routines => MemoryKeying::None,
             Table::Memories => MemoryKeying::Exact,
             _ => MemoryKeying::Prefix,
         }
@@ -158,7 +165,11 @@ pub enum StoreError {
     Lmdb(#[from] lmdb::Error),
     /// LMDB reports a short write (the disk filled) as an I/O error; this says which it was.
     #[error("no space left for the store at {path} ({free} bytes free); lmdb: {source}")]
-    DiskFull { path: PathBuf, free: u64, source: lmdb::Error },
+    DiskFull {
+        path: PathBuf,
+        free: u64,
+        source: lmdb::Error,
+    },
     #[error(
         "the data at {path} has schema version {found}; this recalld reads up to {supported}: \
          run a newer recalld or point --data elsewhere"
@@ -498,7 +509,10 @@ impl Reader<'_> {
         for table in Table::ALL {
             n += match table.keyed_by_memory() {
                 MemoryKeying::None => 0,
-                MemoryKeying::Exact => u64::from(self.get::<serde::de::IgnoredAny>(table, &keys::memory(memory))?.is_some()),
+                MemoryKeying::Exact => u64::from(
+                    self.get::<serde::de::IgnoredAny>(table, &keys::memory(memory))?
+                        .is_some(),
+                ),
                 MemoryKeying::Prefix => self.count(table, &keys::memory_prefix(memory))?,
             };
         }
@@ -564,7 +578,11 @@ impl Writer<'_> {
     }
 
     /// Keys and values under `prefix`, in key order (what a change must write back to).
-    pub fn scan_keyed<V: DeserializeOwned>(&self, table: Table, prefix: &[u8]) -> Result<Vec<(Vec<u8>, V)>, StoreError> {
+    pub fn scan_keyed<V: DeserializeOwned>(
+        &self,
+        table: Table,
+        prefix: &[u8],
+    ) -> Result<Vec<(Vec<u8>, V)>, StoreError> {
         let mut out = Vec::new();
         scan_in(&self.txn, self.store.db(table), prefix, prefix, |k, v| {
             out.push((k.to_vec(), decode(table, v)?));
@@ -641,7 +659,10 @@ mod tests {
         store
             .write(|w| {
                 for n in 0..300u64 {
-                    let row = Row { n, text: noise(n, 3000) }; // overflow pages
+                    let row = Row {
+                        n,
+                        text: noise(n, 3000),
+                    }; // overflow pages
                     w.put(Table::Messages, &keys::seq(if n % 3 == 0 { "a" } else { "b" }, n), &row)?;
                 }
                 Ok(())
@@ -653,7 +674,11 @@ mod tests {
                 assert_eq!(entries, 300);
                 assert!(bytes >= 300 * 3000, "{bytes} bytes of pages for 900 KB of values");
                 assert_eq!(r.count(Table::Messages, b"")?, 300, "the whole table, from the count");
-                assert_eq!(r.count(Table::Messages, &keys::memory_prefix("a"))?, 100, "a prefix, scanned");
+                assert_eq!(
+                    r.count(Table::Messages, &keys::memory_prefix("a"))?,
+                    100,
+                    "a prefix, scanned"
+                );
                 assert_eq!(r.table_size(Table::Facts)?, (0, 0));
                 Ok(())
             })
@@ -715,7 +740,16 @@ mod tests {
         let store = Store::open(dir.path(), &StoreOptions { map_size: 256 * 1024 }).unwrap();
         for n in 0..400u64 {
             store
-                .write(|w| w.put(Table::Messages, &keys::seq("m", n), &Row { n, text: noise(n, 4000) }))
+                .write(|w| {
+                    w.put(
+                        Table::Messages,
+                        &keys::seq("m", n),
+                        &Row {
+                            n,
+                            text: noise(n, 4000),
+                        },
+                    )
+                })
                 .unwrap();
         }
         assert!(store.map_size() > 256 * 1024, "map never grew");
@@ -755,7 +789,16 @@ mod tests {
         let mut written = 0u64;
         let failure = loop {
             let n = written;
-            match store.write(|w| w.put(Table::Messages, &keys::seq("m", n), &Row { n, text: noise(n, 16_000) })) {
+            match store.write(|w| {
+                w.put(
+                    Table::Messages,
+                    &keys::seq("m", n),
+                    &Row {
+                        n,
+                        text: noise(n, 16_000),
+                    },
+                )
+            }) {
                 Ok(()) => written += 1,
                 Err(e) => break e,
             }
@@ -763,18 +806,41 @@ mod tests {
         };
         assert!(written > 10, "{written} writes before the disk was full");
         eprintln!("disk full after {written} writes: {failure}");
-        assert!(matches!(failure, StoreError::DiskFull { .. }), "said as a full disk: {failure}");
+        assert!(
+            matches!(failure, StoreError::DiskFull { .. }),
+            "said as a full disk: {failure}"
+        );
         let rows: Vec<Row> = store
-            .read(|r| (0..written).map(|n| r.get(Table::Messages, &keys::seq("m", n)).map(Option::unwrap)).collect())
+            .read(|r| {
+                (0..written)
+                    .map(|n| r.get(Table::Messages, &keys::seq("m", n)).map(Option::unwrap))
+                    .collect()
+            })
             .unwrap();
-        assert!(rows.iter().enumerate().all(|(n, r)| r.n == n as u64 && r.text == noise(n as u64, 16_000)), "an earlier write came back changed");
+        assert!(
+            rows.iter()
+                .enumerate()
+                .all(|(n, r)| r.n == n as u64 && r.text == noise(n as u64, 16_000)),
+            "an earlier write came back changed"
+        );
         std::fs::remove_file(dir.path().join("filler")).unwrap();
         store
-            .write(|w| w.put(Table::Messages, &keys::seq("m", written), &Row { n: written, text: "after".into() }))
+            .write(|w| {
+                w.put(
+                    Table::Messages,
+                    &keys::seq("m", written),
+                    &Row {
+                        n: written,
+                        text: "after".into(),
+                    },
+                )
+            })
             .expect("the store writes again once there is space");
         drop(store);
         let store = Store::open(&data, &StoreOptions { map_size: 256 * 1024 }).unwrap();
-        let n = store.read(|r| r.count(Table::Messages, &keys::memory_prefix("m"))).unwrap();
+        let n = store
+            .read(|r| r.count(Table::Messages, &keys::memory_prefix("m")))
+            .unwrap();
         assert_eq!(n, written + 1, "reopened, the store holds every write");
     }
 
@@ -925,10 +991,20 @@ mod tests {
             let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
             let txn_bytes = rmp_serde::to_vec_named(&large).unwrap();
             let mut txn = store.env.begin_rw_txn().unwrap();
-            txn.put(store.db(Table::Memories), &keys::memory("old"), &txn_bytes, WriteFlags::empty())
-                .unwrap();
-            txn.put(store.db(Table::Meta), &SCHEMA_KEY, &rmp_serde::to_vec_named(&1u32).unwrap(), WriteFlags::empty())
-                .unwrap();
+            txn.put(
+                store.db(Table::Memories),
+                &keys::memory("old"),
+                &txn_bytes,
+                WriteFlags::empty(),
+            )
+            .unwrap();
+            txn.put(
+                store.db(Table::Meta),
+                &SCHEMA_KEY,
+                &rmp_serde::to_vec_named(&1u32).unwrap(),
+                WriteFlags::empty(),
+            )
+            .unwrap();
             txn.commit().unwrap();
         }
         let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();

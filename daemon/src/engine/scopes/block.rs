@@ -47,7 +47,10 @@ struct Found<T> {
 fn timed<T>(f: impl FnOnce() -> T) -> Found<T> {
     let started = Instant::now();
     let value = f();
-    Found { value, ms: started.elapsed().as_secs_f64() * 1e3 }
+    Found {
+        value,
+        ms: started.elapsed().as_secs_f64() * 1e3,
+    }
 }
 
 /// A fact a tier found: its relevance and which tier found it.
@@ -106,7 +109,10 @@ impl Engine {
                 })
             });
             let vector_tier = timed(|| -> Vec<(&ScopeFact, f32)> {
-                all.iter().filter(|f| usable(f)).map(|f| (f, relevance(vector, &words, f))).collect()
+                all.iter()
+                    .filter(|f| usable(f))
+                    .map(|f| (f, relevance(vector, &words, f)))
+                    .collect()
             });
             let hot = hot.join().expect("the hot tier's read does not panic");
             let graph = graph.join().expect("the graph tier's read does not panic");
@@ -115,12 +121,19 @@ impl Engine {
         let hot_state = hot.value?;
         let scored = vector_tier.value;
         let graph_facts = graph_tier.value;
-        let best = scored.iter().map(|s| s.1).fold(None, |m: Option<f32>, r| Some(m.map_or(r, |m| m.max(r))));
+        let best = scored
+            .iter()
+            .map(|s| s.1)
+            .fold(None, |m: Option<f32>, r| Some(m.map_or(r, |m| m.max(r))));
         // Merge: each fact once, with the best relevance a tier gave it.
         let mut hits: Vec<Hit> = scored
             .iter()
             .filter(|(_, r)| *r >= self.config.scopes.min_relevance)
-            .map(|(f, r)| Hit { fact: f, relevance: *r, tier: "vector" })
+            .map(|(f, r)| Hit {
+                fact: f,
+                relevance: *r,
+                tier: "vector",
+            })
             .collect();
         for g in &graph_facts {
             match hits.iter_mut().find(|h| h.fact.n == g.n) {
@@ -129,7 +142,11 @@ impl Engine {
                     h.tier = "graph";
                 }
                 Some(_) => {}
-                None => hits.push(Hit { fact: g, relevance: GRAPH_RELEVANCE, tier: "graph" }),
+                None => hits.push(Hit {
+                    fact: g,
+                    relevance: GRAPH_RELEVANCE,
+                    tier: "graph",
+                }),
             }
         }
         let considered = hits.len();
@@ -140,7 +157,10 @@ impl Engine {
         };
         hits.sort_by(|a, b| {
             let tier = |f: &ScopeFact| u8::from(f.tier == Tier::Episodic);
-            tier(a.fact).cmp(&tier(b.fact)).then(rank(b).total_cmp(&rank(a))).then(a.fact.n.cmp(&b.fact.n))
+            tier(a.fact)
+                .cmp(&tier(b.fact))
+                .then(rank(b).total_cmp(&rank(a)))
+                .then(a.fact.n.cmp(&b.fact.n))
         });
         // Fill: core blocks first (always), then facts, then excerpts of the agent's documents
         // (at most half of what is left), then recent turns of other conversations (at most a
@@ -191,7 +211,8 @@ impl Engine {
         // Reference: excerpts of the agent's documents, in at most half of what facts left.
         let mut excerpts = Vec::new();
         if rec.next_document > 0 {
-            let heading = "\nFrom the agent's reference documents (curated by its operator, not learned in conversations):";
+            let heading =
+                "\nFrom the agent's reference documents (curated by its operator, not learned in conversations):";
             let heading_cost = tokens::text_tokens(heading) as u64 + 1;
             let room = budget.saturating_sub(cost) / 2;
             let mut lines = String::new();
@@ -221,7 +242,9 @@ impl Engine {
         // outgrows its budget by the heading.
         let hot_header = "\nLately, in this user's other conversations with the agent:";
         let header_cost = tokens::text_tokens(hot_header) as u64 + 1;
-        let hot_budget = (budget / HOT_SHARE).min(budget.saturating_sub(cost)).saturating_sub(header_cost);
+        let hot_budget = (budget / HOT_SHARE)
+            .min(budget.saturating_sub(cost))
+            .saturating_sub(header_cost);
         let mut hot_lines = Vec::new();
         let mut hot_cost = 0;
         for t in hot_state.turns.iter().rev().filter(|t| t.memory != memory) {
@@ -264,7 +287,11 @@ impl Engine {
                 tokens: cost,
                 items: chosen
                     .iter()
-                    .map(|h| AcrossItem { n: h.fact.n, tier: h.fact.tier, relevance: h.relevance })
+                    .map(|h| AcrossItem {
+                        n: h.fact.n,
+                        tier: h.fact.tier,
+                        relevance: h.relevance,
+                    })
                     .collect(),
                 documents: excerpts.iter().map(|x| (x.document, x.chunk)).collect(),
             }),
@@ -288,7 +315,10 @@ fn fact_line(f: &ScopeFact) -> String {
     format!(
         "\n- {} ({}; {}, {})",
         f.text,
-        serde_json::to_value(f.kind).ok().and_then(|v| v.as_str().map(|s| s.replace('_', " "))).unwrap_or_default(),
+        serde_json::to_value(f.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(|s| s.replace('_', " ")))
+            .unwrap_or_default(),
         source,
         date(f.at)
     )
@@ -299,7 +329,11 @@ fn fact_line(f: &ScopeFact) -> String {
 /// message's topic dominates its embedding ("prefers answers in bullet points" against "an
 /// overview of the quarterly numbers, in bullet points please": cosine 0.09 with MiniLM);
 /// words alone miss paraphrase.
-pub(super) fn relevance(vector: Option<&[f32]>, message_words: &std::collections::BTreeSet<String>, f: &ScopeFact) -> f32 {
+pub(super) fn relevance(
+    vector: Option<&[f32]>,
+    message_words: &std::collections::BTreeSet<String>,
+    f: &ScopeFact,
+) -> f32 {
     let meaning = match vector {
         Some(v) if f.v.len() == v.len() => cosine(v, &f.v),
         _ => 0.0,
@@ -309,12 +343,12 @@ pub(super) fn relevance(vector: Option<&[f32]>, message_words: &std::collections
 
 /// Words that say nothing of a topic: left out of word relevance.
 const STOPWORDS: &[&str] = &[
-    "the", "and", "for", "with", "you", "your", "are", "was", "were", "this", "that", "these", "those", "have",
-    "has", "had", "from", "what", "when", "where", "which", "who", "why", "how", "can", "could", "would",
-    "should", "will", "shall", "please", "about", "into", "our", "all", "any", "but", "not", "its", "they",
-    "them", "their", "there", "here", "been", "also", "just", "than", "then", "some", "more", "most", "very",
-    "did", "does", "got", "get", "let", "may", "might", "must", "one", "out", "own", "per", "put", "say", "see",
-    "she", "him", "her", "his", "too", "use", "via", "yes", "yet", "thanks", "thank", "okay", "sure", "me",
+    "the", "and", "for", "with", "you", "your", "are", "was", "were", "this", "that", "these", "those", "have", "has",
+    "had", "from", "what", "when", "where", "which", "who", "why", "how", "can", "could", "would", "should", "will",
+    "shall", "please", "about", "into", "our", "all", "any", "but", "not", "its", "they", "them", "their", "there",
+    "here", "been", "also", "just", "than", "then", "some", "more", "most", "very", "did", "does", "got", "get", "let",
+    "may", "might", "must", "one", "out", "own", "per", "put", "say", "see", "she", "him", "her", "his", "too", "use",
+    "via", "yes", "yet", "thanks", "thank", "okay", "sure", "me",
 ];
 
 pub(crate) fn word_set(text: &str) -> std::collections::BTreeSet<String> {

@@ -50,10 +50,15 @@ impl Engine {
         let (spent, mut verdicts) = self.store.read(|r| {
             let rec = agent_record(r, agent)?;
             let mut verdicts = std::collections::HashMap::new();
-            r.visit(Table::Verdicts, &keys::memory_prefix(agent), &keys::memory_prefix(agent), |k, restates: bool| {
-                verdicts.insert(k.to_vec(), restates);
-                Ok(true)
-            })?;
+            r.visit(
+                Table::Verdicts,
+                &keys::memory_prefix(agent),
+                &keys::memory_prefix(agent),
+                |k, restates: bool| {
+                    verdicts.insert(k.to_vec(), restates);
+                    Ok(true)
+                },
+            )?;
             Ok((if rec.judge_day == day { rec.judge_calls } else { 0 }, verdicts))
         })?;
         let mut left = self.config.scopes.judge_calls_per_day.saturating_sub(spent);
@@ -71,7 +76,9 @@ impl Engine {
         let mut judged = 0usize;
         for (i, a) in facts.iter().enumerate() {
             for b in &facts[i + 1..] {
-                if cosine(&a.v, &b.v) < self.config.scopes.agree_cosine || root(&mut parent, a.n) == root(&mut parent, b.n) {
+                if cosine(&a.v, &b.v) < self.config.scopes.agree_cosine
+                    || root(&mut parent, a.n) == root(&mut parent, b.n)
+                {
                     continue;
                 }
                 let key = verdict_key(agent, &b.text, &a.text);
@@ -116,8 +123,15 @@ impl Engine {
             .filter(|members| members.len() >= 2)
             .filter(|members| {
                 let semantic = members.iter().filter(|n| by_n[n].tier == Tier::Semantic).count();
-                let episodic: Vec<&&ScopeFact> = members.iter().map(|n| &by_n[n]).filter(|f| f.tier == Tier::Episodic).collect();
-                let memories: BTreeSet<&str> = episodic.iter().filter_map(|f| f.origin.as_ref().map(|o| o.memory.as_str())).collect();
+                let episodic: Vec<&&ScopeFact> = members
+                    .iter()
+                    .map(|n| &by_n[n])
+                    .filter(|f| f.tier == Tier::Episodic)
+                    .collect();
+                let memories: BTreeSet<&str> = episodic
+                    .iter()
+                    .filter_map(|f| f.origin.as_ref().map(|o| o.memory.as_str()))
+                    .collect();
                 let used = members.iter().any(|n| by_n[n].uses > 0);
                 semantic >= 1 || episodic.len() >= 3 || (memories.len() >= 2 && used)
             })
@@ -168,23 +182,35 @@ impl Engine {
                     n
                 };
                 for m in members.into_iter().filter(|m| m.n != target) {
-                    put_fact(w, agent, &ScopeFact {
-                        status: Status::Replaced { by: target, at: now },
-                        ..m
-                    })?;
+                    put_fact(
+                        w,
+                        agent,
+                        &ScopeFact {
+                            status: Status::Replaced { by: target, at: now },
+                            ..m
+                        },
+                    )?;
                 }
             }
             w.put(Table::Agents, &keys::memory(agent), &rec)?;
-            let items: Vec<u64> = distilled.iter().filter_map(|d| d["id"].as_u64()).chain(joined.iter().copied()).collect();
+            let items: Vec<u64> = distilled
+                .iter()
+                .filter_map(|d| d["id"].as_u64())
+                .chain(joined.iter().copied())
+                .collect();
             if !items.is_empty() {
-                audit(w, agent, &AuditEntry {
-                    at: now,
-                    action: "consolidate".into(),
-                    memory: None,
-                    user: owner.map(str::to_owned),
-                    items,
-                    detail: json!({"distilled": distilled, "joined": joined}),
-                })?;
+                audit(
+                    w,
+                    agent,
+                    &AuditEntry {
+                        at: now,
+                        action: "consolidate".into(),
+                        memory: None,
+                        user: owner.map(str::to_owned),
+                        items,
+                        detail: json!({"distilled": distilled, "joined": joined}),
+                    },
+                )?;
             }
             Ok(())
         })?;
@@ -192,7 +218,13 @@ impl Engine {
     }
 
     /// Keeps the verdicts just judged and counts the calls against the agent's day.
-    fn record_verdicts(&self, agent: &str, day: i64, calls: usize, verdicts: &[(Vec<u8>, bool)]) -> Result<(), EngineError> {
+    fn record_verdicts(
+        &self,
+        agent: &str,
+        day: i64,
+        calls: usize,
+        verdicts: &[(Vec<u8>, bool)],
+    ) -> Result<(), EngineError> {
         if calls == 0 && verdicts.is_empty() {
             return Ok(());
         }
@@ -218,7 +250,11 @@ impl Engine {
 /// texts (so a corrected text is asked again, and no text is stored twice).
 fn verdict_key(agent: &str, newer: &str, older: &str) -> Vec<u8> {
     use sha2::{Digest, Sha256};
-    let digest = Sha256::new().chain_update(newer.as_bytes()).chain_update([0u8]).chain_update(older.as_bytes()).finalize();
+    let digest = Sha256::new()
+        .chain_update(newer.as_bytes())
+        .chain_update([0u8])
+        .chain_update(older.as_bytes())
+        .finalize();
     let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
     keys::name(agent, &hex)
 }
@@ -234,13 +270,20 @@ fn distil(n: u64, members: &[ScopeFact], now: f64) -> ScopeFact {
     }
     let central = members
         .iter()
-        .max_by(|a, b| cosine(&a.v, &mean).total_cmp(&cosine(&b.v, &mean)).then(a.at.total_cmp(&b.at)))
+        .max_by(|a, b| {
+            cosine(&a.v, &mean)
+                .total_cmp(&cosine(&b.v, &mean))
+                .then(a.at.total_cmp(&b.at))
+        })
         .expect("a group has members");
     let mut kinds: BTreeMap<Kind, usize> = BTreeMap::new();
     for m in members {
         *kinds.entry(m.kind).or_default() += 1;
     }
-    let kind = kinds.into_iter().max_by_key(|(k, c)| (*c, *k == central.kind)).map_or(central.kind, |(k, _)| k);
+    let kind = kinds
+        .into_iter()
+        .max_by_key(|(k, c)| (*c, *k == central.kind))
+        .map_or(central.kind, |(k, _)| k);
     ScopeFact {
         n,
         tier: Tier::Semantic,
@@ -256,7 +299,8 @@ fn distil(n: u64, members: &[ScopeFact], now: f64) -> ScopeFact {
         valid_from: members.iter().filter_map(|m| m.valid_from).reduce(f64::min),
         valid_to: None,
         // Each agreeing source beyond the first makes it surer.
-        confidence: (members.iter().map(|m| m.confidence).fold(0.0, f32::max) + AGREEMENT * (members.len() - 1) as f32).min(1.0),
+        confidence: (members.iter().map(|m| m.confidence).fold(0.0, f32::max) + AGREEMENT * (members.len() - 1) as f32)
+            .min(1.0),
         mentions: members.iter().map(|m| m.mentions).sum(),
         uses: members.iter().map(|m| m.uses).sum(),
         last_used: members.iter().filter_map(|m| m.last_used).reduce(f64::max),

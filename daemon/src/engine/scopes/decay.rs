@@ -43,7 +43,11 @@ pub struct Schedule {
 
 impl Default for Schedule {
     fn default() -> Self {
-        Schedule { general: 30.0, emotional: 90.0, educational: 180.0 }
+        Schedule {
+            general: 30.0,
+            emotional: 90.0,
+            educational: 180.0,
+        }
     }
 }
 
@@ -67,7 +71,11 @@ pub struct KeepWeights {
 
 impl Default for KeepWeights {
     fn default() -> Self {
-        KeepWeights { age: 0.5, access: 0.3, confidence: 0.2 }
+        KeepWeights {
+            age: 0.5,
+            access: 0.3,
+            confidence: 0.2,
+        }
     }
 }
 
@@ -116,14 +124,22 @@ pub fn weight(w: Option<&Weights>, class: &str) -> f32 {
 pub fn learn(w: &mut Weights, class: &str, positive: bool) {
     let p = prior(class);
     let now = weight(Some(w), class);
-    let next = if positive { now * (1.0 + RATE) } else { now * (1.0 - RATE) };
+    let next = if positive {
+        now * (1.0 + RATE)
+    } else {
+        now * (1.0 - RATE)
+    };
     w.insert(class.to_owned(), next.clamp(p / 4.0, p * 4.0));
 }
 
 /// Moves a user's archive-threshold factor after a signal (true: keep longer), within its
 /// bounds.
 pub fn learn_scale(scale: f32, longer: bool) -> f32 {
-    let next = if longer { scale * (1.0 - RATE) } else { scale * (1.0 + RATE) };
+    let next = if longer {
+        scale * (1.0 - RATE)
+    } else {
+        scale * (1.0 + RATE)
+    };
     next.clamp(0.25, 2.0)
 }
 
@@ -181,7 +197,12 @@ mod tests {
     #[test]
     fn a_fear_mentioned_twice_outranks_a_colour_mentioned_ten_times() {
         let fear = fact("Alex is afraid of flying.", Kind::Fact, Domain::Emotional, 2);
-        let colour = fact("Alex's favourite colour is green.", Kind::Preference, Domain::General, 10);
+        let colour = fact(
+            "Alex's favourite colour is green.",
+            Kind::Preference,
+            Domain::General,
+            10,
+        );
         let (s, k) = (Schedule::default(), KeepWeights::default());
         assert!(importance(&fear, 0.0, &s, &k, None) > importance(&colour, 0.0, &s, &k, None));
         // And a month later, by more: the emotional schedule is slower.
@@ -194,7 +215,11 @@ mod tests {
     #[test]
     fn freshness_halves_on_each_domains_schedule() {
         let s = Schedule::default();
-        for (d, days) in [(Domain::General, 30.0), (Domain::Emotional, 90.0), (Domain::Educational, 180.0)] {
+        for (d, days) in [
+            (Domain::General, 30.0),
+            (Domain::Emotional, 90.0),
+            (Domain::Educational, 180.0),
+        ] {
             let f = fact("x", Kind::Fact, d, 1);
             assert!((freshness(&f, days * DAY, &s) - 0.5).abs() < 1e-6);
             assert!((freshness(&f, 2.0 * days * DAY, &s) - 0.25).abs() < 1e-6);

@@ -112,7 +112,11 @@ pub fn chunks_of(text: &str) -> Vec<String> {
             vec![para.to_owned()]
         };
         for w in windows {
-            let joined = if current.is_empty() { w.clone() } else { format!("{current}\n\n{w}") };
+            let joined = if current.is_empty() {
+                w.clone()
+            } else {
+                format!("{current}\n\n{w}")
+            };
             if !current.is_empty() && tokens::text_tokens(&joined) as u64 > CHUNK_TOKENS {
                 flush(&mut current, &mut out);
             }
@@ -140,7 +144,9 @@ impl Engine {
         let now = now_or(now)?;
         let name = name.trim();
         if name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
-            return Err(EngineError::InvalidArgument(format!("a document's name must hold 1 to {MAX_NAME_CHARS} characters")));
+            return Err(EngineError::InvalidArgument(format!(
+                "a document's name must hold 1 to {MAX_NAME_CHARS} characters"
+            )));
         }
         let chars = text.chars().count();
         if text.trim().is_empty() || chars > MAX_DOCUMENT_CHARS {
@@ -150,7 +156,9 @@ impl Engine {
         }
         let texts = chunks_of(text);
         if texts.len() as u64 > MAX_CHUNKS {
-            return Err(EngineError::InvalidArgument(format!("a document may have at most {MAX_CHUNKS} chunks")));
+            return Err(EngineError::InvalidArgument(format!(
+                "a document may have at most {MAX_CHUNKS} chunks"
+            )));
         }
         let vectors = match &self.models {
             Some(m) => {
@@ -161,7 +169,11 @@ impl Engine {
             }
             None => vec![Vec::new(); texts.len()],
         };
-        let chunks: Vec<Chunk> = texts.into_iter().zip(vectors).map(|(text, v)| Chunk { text, v }).collect();
+        let chunks: Vec<Chunk> = texts
+            .into_iter()
+            .zip(vectors)
+            .map(|(text, v)| Chunk { text, v })
+            .collect();
         let lock = self.agent_lock(agent);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
         let (doc, replaced, version) = self.store.write(|w| {
@@ -224,17 +236,22 @@ impl Engine {
             rec.documents_version += 1;
             w.put(Table::Agents, &keys::memory(agent), &rec)?;
             let version = rec.documents_version;
-            audit(w, agent, &AuditEntry {
-                at: now,
-                action: "remove_document".into(),
-                memory: None,
-                user: None,
-                items: vec![n],
-                detail: json!({"name": doc.name, "chunks": doc.chunks.len()}),
-            })?;
+            audit(
+                w,
+                agent,
+                &AuditEntry {
+                    at: now,
+                    action: "remove_document".into(),
+                    memory: None,
+                    user: None,
+                    items: vec![n],
+                    detail: json!({"name": doc.name, "chunks": doc.chunks.len()}),
+                },
+            )?;
             Ok(Some((doc, version)))
         })?;
-        let (doc, version) = doc.ok_or_else(|| EngineError::NotFound(format!("agent {agent:?} has no document {n}")))?;
+        let (doc, version) =
+            doc.ok_or_else(|| EngineError::NotFound(format!("agent {agent:?} has no document {n}")))?;
         self.index_change(agent, version, None, Some(&doc))?;
         Ok(json!({"removed": {"id": n, "name": doc.name, "chunks": doc.chunks.len()}}))
     }
@@ -242,13 +259,24 @@ impl Engine {
     /// One document added and/or one removed, moving the agent's `documents_version` to
     /// `version`: applied to the indexes alone when they hold the version just before it (the
     /// usual case: changes are made under the agent's lock), else they are rebuilt.
-    fn index_change(&self, agent: &str, version: u64, added: Option<&Document>, removed: Option<&Document>) -> Result<(), EngineError> {
+    fn index_change(
+        &self,
+        agent: &str,
+        version: u64,
+        added: Option<&Document>,
+        removed: Option<&Document>,
+    ) -> Result<(), EngineError> {
         let Some(ix) = &self.indexes else { return Ok(()) };
         let name = index_name(agent);
         {
             let lock = self.index_lock(&name);
             let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-            if ix.marks(&name) == Some(Marks { facts: version - 1, ..Marks::default() }) {
+            if ix.marks(&name)
+                == Some(Marks {
+                    facts: version - 1,
+                    ..Marks::default()
+                })
+            {
                 if let Some(d) = removed {
                     for i in 0..d.chunks.len() {
                         ix.words.remove(&name, key(d.n, i)).map_err(index_error)?;
@@ -261,7 +289,14 @@ impl Engine {
                     add_chunks(ix, &name, d)?;
                 }
                 ix.commit(&name).map_err(index_error)?;
-                ix.set_marks(&name, Marks { facts: version, ..Marks::default() }).map_err(index_error)?;
+                ix.set_marks(
+                    &name,
+                    Marks {
+                        facts: version,
+                        ..Marks::default()
+                    },
+                )
+                .map_err(index_error)?;
                 return Ok(());
             }
         }
@@ -276,8 +311,13 @@ impl Engine {
         let name = index_name(agent);
         let lock = self.index_lock(&name);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-        let (version, docs) = self.store.read(|r| Ok((agent_record(r, agent)?.documents_version, documents(r, agent)?)))?;
-        let truth = Marks { facts: version, ..Marks::default() };
+        let (version, docs) = self
+            .store
+            .read(|r| Ok((agent_record(r, agent)?.documents_version, documents(r, agent)?)))?;
+        let truth = Marks {
+            facts: version,
+            ..Marks::default()
+        };
         if ix.marks(&name) == Some(truth) {
             return Ok(false);
         }
@@ -313,21 +353,40 @@ impl Engine {
     /// The chunks of the agent's documents relevant to a message: found by words and by
     /// meaning, each scored as scope facts are (cosine or shared words, whichever is higher),
     /// best first, none below `min_relevance`.
-    pub(super) fn search_documents(&self, agent: &str, text: &str, vector: Option<&[f32]>) -> Result<Vec<Excerpt>, EngineError> {
+    pub(super) fn search_documents(
+        &self,
+        agent: &str,
+        text: &str,
+        vector: Option<&[f32]>,
+    ) -> Result<Vec<Excerpt>, EngineError> {
         let name = index_name(agent);
         let mut keys_found: Vec<u64> = match &self.indexes {
             Some(ix) => {
-                let mut found: Vec<u64> = ix.words.search(&name, text, SEARCH_K).map_err(index_error)?.into_iter().map(|h| h.0).collect();
+                let mut found: Vec<u64> = ix
+                    .words
+                    .search(&name, text, SEARCH_K)
+                    .map_err(index_error)?
+                    .into_iter()
+                    .map(|h| h.0)
+                    .collect();
                 if let (Some(vix), Some(v)) = (&ix.vectors, vector) {
                     if v.len() == vix.dim() {
-                        found.extend(vix.search(&name, v, SEARCH_K).map_err(index_error)?.into_iter().map(|h| h.0));
+                        found.extend(
+                            vix.search(&name, v, SEARCH_K)
+                                .map_err(index_error)?
+                                .into_iter()
+                                .map(|h| h.0),
+                        );
                     }
                 }
                 found
             }
             // No indexes (recall is off): every chunk is a candidate; documents are few.
             None => self.store.read(|r| {
-                Ok(documents(r, agent)?.iter().flat_map(|d| (0..d.chunks.len()).map(|i| key(d.n, i))).collect())
+                Ok(documents(r, agent)?
+                    .iter()
+                    .flat_map(|d| (0..d.chunks.len()).map(|i| key(d.n, i)))
+                    .collect())
             })?,
         };
         keys_found.sort_unstable();
@@ -337,7 +396,9 @@ impl Engine {
         self.store.read(|r| {
             for k in &keys_found {
                 let (n, i) = (k / MAX_CHUNKS, (k % MAX_CHUNKS) as usize);
-                let Some(d) = r.get::<Document>(Table::Documents, &keys::seq(agent, n))? else { continue };
+                let Some(d) = r.get::<Document>(Table::Documents, &keys::seq(agent, n))? else {
+                    continue;
+                };
                 let Some(c) = d.chunks.get(i) else { continue };
                 let meaning = match vector {
                     Some(v) if v.len() == c.v.len() => cosine(v, &c.v),
@@ -356,7 +417,12 @@ impl Engine {
             }
             Ok(())
         })?;
-        out.sort_by(|a, b| b.relevance.total_cmp(&a.relevance).then(a.document.cmp(&b.document)).then(a.chunk.cmp(&b.chunk)));
+        out.sort_by(|a, b| {
+            b.relevance
+                .total_cmp(&a.relevance)
+                .then(a.document.cmp(&b.document))
+                .then(a.chunk.cmp(&b.chunk))
+        });
         Ok(out)
     }
 }

@@ -67,7 +67,11 @@ impl Engine {
     pub(crate) fn run_handoff(&self, memory: &str, job: &Job) -> Result<bool, EngineError> {
         // Our own tools are no part of how the agent works.
         let scopes = &self.config.scopes;
-        let ours = [self.config.note_tool.as_str(), scopes.remember_tool.as_str(), scopes.recall_tool.as_str()];
+        let ours = [
+            self.config.note_tool.as_str(),
+            scopes.remember_tool.as_str(),
+            scopes.recall_tool.as_str(),
+        ];
         let snap = self.peek(memory, |st| {
             let agent = st.memory.agent.clone()?;
             let mark = st.memory.handed_off;
@@ -75,7 +79,12 @@ impl Engine {
             Some(Snapshot {
                 agent,
                 user: st.memory.user.clone(),
-                facts: st.facts.iter().filter(|f| f.n >= mark && f.is_active()).cloned().collect(),
+                facts: st
+                    .facts
+                    .iter()
+                    .filter(|f| f.n >= mark && f.is_active())
+                    .cloned()
+                    .collect(),
                 shown: st
                     .recalls
                     .values()
@@ -99,7 +108,8 @@ impl Engine {
             let from = s.transcript_from.unwrap_or(f64::INFINITY);
             let hot = self.store.read(|r| super::hot::state(r, &s.agent, s.user.as_deref()))?;
             for n in hot.notes.iter().filter(|n| n.memory == memory && n.at >= from) {
-                s.transcript.push_str(&format!("assistant (working note): {}\n", n.text));
+                s.transcript
+                    .push_str(&format!("assistant (working note): {}\n", n.text));
             }
         }
         let (policy_captures, procedural) = match &snap {
@@ -130,9 +140,13 @@ impl Engine {
                             r.v = v;
                         }
                     }
-                    Ok(_) => tracing::warn!(memory, "embedder gave the wrong number of vectors; routines kept without"),
+                    Ok(_) => tracing::warn!(
+                        memory,
+                        "embedder gave the wrong number of vectors; routines kept without"
+                    ),
                     Err(e) => {
-                        self.store.write(|w| crate::engine::state::fail_job(w, memory, job.n, &e.to_string()))?;
+                        self.store
+                            .write(|w| crate::engine::state::fail_job(w, memory, job.n, &e.to_string()))?;
                         return Ok(false);
                     }
                 }
@@ -157,7 +171,9 @@ impl Engine {
                 .collect();
             self.store.read(|r| {
                 for f in &s.facts {
-                    if let Some(v) = r.get::<VectorRecord>(Table::Vectors, &keys::seq2(memory, VectorKind::Fact as u64, f.n))? {
+                    if let Some(v) =
+                        r.get::<VectorRecord>(Table::Vectors, &keys::seq2(memory, VectorKind::Fact as u64, f.n))?
+                    {
                         vectors.insert(f.n, v);
                     }
                 }
@@ -165,17 +181,28 @@ impl Engine {
             })?;
             if let Some(models) = &self.models {
                 let model = models.embedder.id().name;
-                let missing: Vec<&Fact> = s.facts.iter().filter(|f| vectors.get(&f.n).is_none_or(|v| v.model != model)).collect();
+                let missing: Vec<&Fact> = s
+                    .facts
+                    .iter()
+                    .filter(|f| vectors.get(&f.n).is_none_or(|v| v.model != model))
+                    .collect();
                 if !missing.is_empty() {
                     let texts: Vec<&str> = missing.iter().map(|f| f.note.as_str()).collect();
                     match models.embedder.embed(&CallCtx { memory }, &texts) {
                         Ok(vs) => {
                             for (f, v) in missing.iter().zip(vs) {
-                                vectors.insert(f.n, VectorRecord { model: model.clone(), v });
+                                vectors.insert(
+                                    f.n,
+                                    VectorRecord {
+                                        model: model.clone(),
+                                        v,
+                                    },
+                                );
                             }
                         }
                         Err(e) => {
-                            self.store.write(|w| crate::engine::state::fail_job(w, memory, job.n, &e.to_string()))?;
+                            self.store
+                                .write(|w| crate::engine::state::fail_job(w, memory, job.n, &e.to_string()))?;
                             return Ok(false);
                         }
                     }
@@ -190,16 +217,27 @@ impl Engine {
                 let extracted = match read {
                     Ok(x) => x,
                     Err(e) => {
-                        self.store.write(|w| crate::engine::state::fail_job(w, memory, job.n, &format!("fact extraction: {e}")))?;
+                        self.store.write(|w| {
+                            crate::engine::state::fail_job(w, memory, job.n, &format!("fact extraction: {e}"))
+                        })?;
                         return Ok(false);
                     }
                 };
                 if !extracted.is_empty() {
                     let texts: Vec<&str> = extracted.iter().map(|x| x.note.as_str()).collect();
                     match models.embedder.embed(&CallCtx { memory }, &texts) {
-                        Ok(vs) => extracted_vectors = vs.into_iter().map(|v| VectorRecord { model: model.clone(), v }).collect(),
+                        Ok(vs) => {
+                            extracted_vectors = vs
+                                .into_iter()
+                                .map(|v| VectorRecord {
+                                    model: model.clone(),
+                                    v,
+                                })
+                                .collect()
+                        }
                         Err(e) => {
-                            self.store.write(|w| crate::engine::state::fail_job(w, memory, job.n, &e.to_string()))?;
+                            self.store
+                                .write(|w| crate::engine::state::fail_job(w, memory, job.n, &e.to_string()))?;
                             return Ok(false);
                         }
                     }
@@ -222,7 +260,9 @@ impl Engine {
                 let held = self.store.read(|r| scope_facts(r, &s.agent))?;
                 for shown in held.iter().filter(|h| s.shown.contains(&h.n) && h.is_active()) {
                     for f in &s.facts {
-                        let near = vectors.get(&f.n).is_none_or(|v| shown.v.is_empty() || cosine(&v.v, &shown.v) >= self.config.scopes.agree_cosine);
+                        let near = vectors.get(&f.n).is_none_or(|v| {
+                            shown.v.is_empty() || cosine(&v.v, &shown.v) >= self.config.scopes.agree_cosine
+                        });
                         if !near {
                             continue;
                         }
@@ -240,7 +280,10 @@ impl Engine {
         let lock = self.lock(memory);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
         let job_key = keys::seq(memory, job.n);
-        if !self.store.read(|r| Ok(r.get::<serde::de::IgnoredAny>(Table::Jobs, &job_key)?.is_some()))? {
+        if !self
+            .store
+            .read(|r| Ok(r.get::<serde::de::IgnoredAny>(Table::Jobs, &job_key)?.is_some()))?
+        {
             return Ok(true); // forgotten meanwhile
         }
         let mut st = self.take_state(memory, 0.0)?;
@@ -276,7 +319,10 @@ impl Engine {
                         subject: f.subject.clone(),
                         object: f.object.clone(),
                         owner: s.user.clone(),
-                        origin: Some(Origin { memory: memory.to_owned(), fact: f.fact }),
+                        origin: Some(Origin {
+                            memory: memory.to_owned(),
+                            fact: f.fact,
+                        }),
                         sources: Vec::new(),
                         at: f.at,
                         valid_from: f.valid_from,
@@ -304,7 +350,9 @@ impl Engine {
                         Check::Used(n) | Check::Contradicted(n, _) => *n,
                     };
                     let key = keys::seq(&s.agent, n);
-                    let Some(mut held) = crate::store::Read::get::<ScopeFact>(w, Table::ScopeFacts, &key)? else { continue };
+                    let Some(mut held) = crate::store::Read::get::<ScopeFact>(w, Table::ScopeFacts, &key)? else {
+                        continue;
+                    };
                     if !held.is_active() {
                         continue;
                     }
@@ -337,14 +385,18 @@ impl Engine {
                 for r in &routines {
                     procedures::put_routine(w, &s.agent, r)?;
                 }
-                audit(w, &s.agent, &AuditEntry {
-                    at: now,
-                    action: "handoff".into(),
-                    memory: Some(memory.to_owned()),
-                    user: s.user.clone(),
-                    items: handed.clone(),
-                    detail: json!({"used": used, "replaced": replaced, "routines": routines.len()}),
-                })?;
+                audit(
+                    w,
+                    &s.agent,
+                    &AuditEntry {
+                        at: now,
+                        action: "handoff".into(),
+                        memory: Some(memory.to_owned()),
+                        user: s.user.clone(),
+                        items: handed.clone(),
+                        detail: json!({"used": used, "replaced": replaced, "routines": routines.len()}),
+                    },
+                )?;
             }
             // The mark moves with the scope's facts, so a re-run never hands a fact twice.
             st.memory.handed_off = snap.as_ref().map_or(st.memory.next_fact, |s| s.next_fact);
@@ -368,7 +420,10 @@ impl Engine {
         // The job ends after the consolidation it causes, so `quiet` covers both (a crash
         // in between consolidates again, which finds nothing new to do twice).
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-        if !self.store.read(|r| Ok(r.get::<serde::de::IgnoredAny>(Table::Jobs, &job_key)?.is_some()))? {
+        if !self
+            .store
+            .read(|r| Ok(r.get::<serde::de::IgnoredAny>(Table::Jobs, &job_key)?.is_some()))?
+        {
             return Ok(true);
         }
         let mut st = self.take_state(memory, 0.0)?;
@@ -384,7 +439,13 @@ const TRANSCRIPT_CHARS: usize = 24_000;
 /// The turns after the last episode the model noted, not read at an earlier handoff, as
 /// "role: text" lines (the latest [`TRANSCRIPT_CHARS`]), and when the first of them was stored.
 fn unnoted_transcript(st: &State) -> (String, Option<f64>) {
-    let noted_to = st.episodes.iter().filter(|e| e.acknowledged).map(|e| e.last_seq + 1).max().unwrap_or(0);
+    let noted_to = st
+        .episodes
+        .iter()
+        .filter(|e| e.acknowledged)
+        .map(|e| e.last_seq + 1)
+        .max()
+        .unwrap_or(0);
     let from = noted_to.max(st.memory.extracted_to);
     let first = st.history().find(|m| m.seq >= from).map(|m| m.at);
     let mut out: String = st

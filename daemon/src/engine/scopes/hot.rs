@@ -80,7 +80,14 @@ pub fn push_turn(w: &mut Writer<'_>, agent: &str, user: Option<&str>, turn: HotT
 }
 
 /// Saves a working note (inside the reply's own transaction); expired and surplus notes go.
-pub fn push_note(w: &mut Writer<'_>, agent: &str, user: Option<&str>, memory: &str, text: &str, now: f64) -> Result<(), StoreError> {
+pub fn push_note(
+    w: &mut Writer<'_>,
+    agent: &str,
+    user: Option<&str>,
+    memory: &str,
+    text: &str,
+    now: f64,
+) -> Result<(), StoreError> {
     let mut st = state(&*w, agent, user)?;
     st.notes.retain(|n| n.expires > now);
     st.notes.push(WorkingNote {
@@ -130,7 +137,13 @@ pub fn forget_turns(w: &mut Writer<'_>, agent: &str, user: Option<&str>, memory:
 
 /// Sets (or, with empty text, removes) a user's core block; `Err` says which limit it breaks
 /// (nothing is written then).
-pub fn put_core_block(w: &mut Writer<'_>, agent: &str, user: Option<&str>, name: &str, text: &str) -> Result<Result<(), String>, StoreError> {
+pub fn put_core_block(
+    w: &mut Writer<'_>,
+    agent: &str,
+    user: Option<&str>,
+    name: &str,
+    text: &str,
+) -> Result<Result<(), String>, StoreError> {
     let (name, text) = (name.trim(), text.trim());
     if name.is_empty() || name.chars().count() > 64 {
         return Ok(Err("a core block's name must hold 1 to 64 characters".into()));
@@ -153,7 +166,14 @@ pub fn put_core_block(w: &mut Writer<'_>, agent: &str, user: Option<&str>, name:
 
 impl Engine {
     /// `core_block`: sets (or, with empty text, removes) a named core block of a user; audited.
-    pub fn set_core_block(&self, agent: &str, user: Option<&str>, name: &str, text: &str, now: Option<f64>) -> Result<Value, EngineError> {
+    pub fn set_core_block(
+        &self,
+        agent: &str,
+        user: Option<&str>,
+        name: &str,
+        text: &str,
+        now: Option<f64>,
+    ) -> Result<Value, EngineError> {
         let now = super::super::now_or(now)?;
         let name = name.trim();
         let lock = self.agent_lock(agent);
@@ -162,14 +182,18 @@ impl Engine {
             if let Err(why) = put_core_block(w, agent, user, name, text)? {
                 return Ok(Err(why));
             }
-            audit(w, agent, &AuditEntry {
-                at: now,
-                action: "core_block".into(),
-                memory: None,
-                user: user.map(str::to_owned),
-                items: Vec::new(),
-                detail: json!({"name": name, "removed": text.trim().is_empty()}),
-            })?;
+            audit(
+                w,
+                agent,
+                &AuditEntry {
+                    at: now,
+                    action: "core_block".into(),
+                    memory: None,
+                    user: user.map(str::to_owned),
+                    items: Vec::new(),
+                    detail: json!({"name": name, "removed": text.trim().is_empty()}),
+                },
+            )?;
             Ok(Ok(state(&*w, agent, user)?))
         })?;
         let st = st.map_err(EngineError::InvalidArgument)?;

@@ -4,25 +4,115 @@
 use super::records::{Domain, Kind};
 
 const PREFERENCE: &[&str] = &[
-    "prefer", "prefers", "preferred", "preference", "likes", "like", "loves", "love", "hates", "dislikes",
-    "favorite", "favourite", "rather", "wants",
+    "prefer",
+    "prefers",
+    "preferred",
+    "preference",
+    "likes",
+    "like",
+    "loves",
+    "love",
+    "hates",
+    "dislikes",
+    "favorite",
+    "favourite",
+    "rather",
+    "wants",
 ];
-const DECISION: &[&str] = &["decided", "decides", "chose", "chosen", "chooses", "picked", "opted", "agreed", "settled"];
-const OPEN: &[&str] = &["waiting", "pending", "unresolved", "unknown", "tbd", "undecided", "unanswered"];
-const OUTCOME: &[&str] = &["resolved", "fixed", "completed", "finished", "solved", "shipped", "closed", "refunded", "succeeded", "failed"];
+const DECISION: &[&str] = &[
+    "decided", "decides", "chose", "chosen", "chooses", "picked", "opted", "agreed", "settled",
+];
+const OPEN: &[&str] = &[
+    "waiting",
+    "pending",
+    "unresolved",
+    "unknown",
+    "tbd",
+    "undecided",
+    "unanswered",
+];
+const OUTCOME: &[&str] = &[
+    "resolved",
+    "fixed",
+    "completed",
+    "finished",
+    "solved",
+    "shipped",
+    "closed",
+    "refunded",
+    "succeeded",
+    "failed",
+];
 const ENVIRONMENT: &[&str] = &[
-    "hosted", "runs", "installed", "version", "server", "database", "os", "linux", "windows", "macos", "python",
-    "node", "region", "located", "deployed", "use", "stack", "run", "debian", "ubuntu", "host", "cloud",
+    "hosted",
+    "runs",
+    "installed",
+    "version",
+    "server",
+    "database",
+    "os",
+    "linux",
+    "windows",
+    "macos",
+    "python",
+    "node",
+    "region",
+    "located",
+    "deployed",
+    "use",
+    "stack",
+    "run",
+    "debian",
+    "ubuntu",
+    "host",
+    "cloud",
 ];
 
 const EMOTIONAL: &[&str] = &[
-    "afraid", "fear", "scared", "anxious", "anxiety", "worried", "worry", "stress", "stressed", "sad", "grief",
-    "grieving", "lonely", "depressed", "depression", "panic", "phobia", "upset", "hurt", "trauma", "therapy",
-    "therapist", "overwhelmed", "nervous", "terrified",
+    "afraid",
+    "fear",
+    "scared",
+    "anxious",
+    "anxiety",
+    "worried",
+    "worry",
+    "stress",
+    "stressed",
+    "sad",
+    "grief",
+    "grieving",
+    "lonely",
+    "depressed",
+    "depression",
+    "panic",
+    "phobia",
+    "upset",
+    "hurt",
+    "trauma",
+    "therapy",
+    "therapist",
+    "overwhelmed",
+    "nervous",
+    "terrified",
 ];
 const EDUCATIONAL: &[&str] = &[
-    "learning", "learn", "studying", "study", "course", "lesson", "exam", "grade", "tutor", "homework",
-    "curriculum", "chapter", "practising", "practicing", "quiz", "syllabus", "semester",
+    "learning",
+    "learn",
+    "studying",
+    "study",
+    "course",
+    "lesson",
+    "exam",
+    "grade",
+    "tutor",
+    "homework",
+    "curriculum",
+    "chapter",
+    "practising",
+    "practicing",
+    "quiz",
+    "syllabus",
+    "semester",
 ];
 
 fn words(text: &str) -> Vec<String> {
@@ -78,9 +168,18 @@ mod tests {
     fn the_seed_examples() {
         assert_eq!(infer("Prefers summaries as bullet points", false), Kind::Preference);
         assert_eq!(infer("Chose the annual billing plan", false), Kind::Decision);
-        assert_eq!(infer("The staging database is hosted in Sydney", false), Kind::Environment);
-        assert_eq!(infer("The March invoice dispute was resolved with a credit note", false), Kind::Outcome);
-        assert_eq!(infer("Still waiting on legal sign-off for the new contract", false), Kind::OpenQuestion);
+        assert_eq!(
+            infer("The staging database is hosted in Sydney", false),
+            Kind::Environment
+        );
+        assert_eq!(
+            infer("The March invoice dispute was resolved with a credit note", false),
+            Kind::Outcome
+        );
+        assert_eq!(
+            infer("Still waiting on legal sign-off for the new contract", false),
+            Kind::OpenQuestion
+        );
         assert_eq!(infer("Caroline went to a support group", false), Kind::Fact);
         assert_eq!(infer("Moved to Berlin", true), Kind::Outcome);
         assert_eq!(infer("Alex's servers run Debian.", false), Kind::Environment);

@@ -105,7 +105,8 @@ pub(super) fn visible_owner(owner: Option<&str>, sharing: Sharing, user: Option<
 }
 
 pub(super) fn agent_record(r: &impl Read, agent: &str) -> Result<AgentRecord, StoreError> {
-    Ok(r.get(Table::Agents, &keys::memory(agent))?.unwrap_or_else(|| AgentRecord::new(agent)))
+    Ok(r.get(Table::Agents, &keys::memory(agent))?
+        .unwrap_or_else(|| AgentRecord::new(agent)))
 }
 
 /// The key of one user's record under an agent ("" for no user).
@@ -155,7 +156,10 @@ impl Engine {
     /// The agent's scope facts as the store holds them now: from the cache when its version
     /// still stands, else read (with the version, in one transaction) and kept.
     pub(super) fn cached_scope_facts(&self, agent: &str) -> Result<Arc<Vec<ScopeFact>>, StoreError> {
-        let version: u64 = self.store.read(|r| r.get(Table::Meta, &version_key(agent)))?.unwrap_or(0);
+        let version: u64 = self
+            .store
+            .read(|r| r.get(Table::Meta, &version_key(agent)))?
+            .unwrap_or(0);
         let cache = &self.scope_facts_cache.agents;
         if let Some((v, facts)) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(agent) {
             if *v == version {
@@ -204,14 +208,18 @@ pub(super) fn audit_inject(
     (seq, items, documents): (u64, &[u64], &[(u64, usize)]),
     now: f64,
 ) -> Result<(), StoreError> {
-    audit(w, agent, &AuditEntry {
-        at: now,
-        action: "inject".into(),
-        memory: Some(memory.to_owned()),
-        user: user.map(str::to_owned),
-        items: items.to_vec(),
-        detail: serde_json::json!({"before_message": seq, "documents": documents}),
-    })
+    audit(
+        w,
+        agent,
+        &AuditEntry {
+            at: now,
+            action: "inject".into(),
+            memory: Some(memory.to_owned()),
+            user: user.map(str::to_owned),
+            items: items.to_vec(),
+            detail: serde_json::json!({"before_message": seq, "documents": documents}),
+        },
+    )
 }
 
 impl Engine {
@@ -238,6 +246,12 @@ impl Engine {
     /// A fact's importance now, on its agent's schedule and weights and its owner's learned
     /// class weights.
     pub(super) fn importance(&self, rec: &AgentRecord, f: &ScopeFact, now: f64) -> f32 {
-        decay::importance(f, now, &self.schedule_of(rec), &rec.keep_weights(), rec.weights(f.owner.as_deref()))
+        decay::importance(
+            f,
+            now,
+            &self.schedule_of(rec),
+            &rec.keep_weights(),
+            rec.weights(f.owner.as_deref()),
+        )
     }
 }

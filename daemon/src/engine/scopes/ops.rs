@@ -74,16 +74,21 @@ impl Engine {
         let quiet = self.config.scopes.quiet_minutes * 60.0;
         let due: Vec<String> = self.store.read(|r| {
             let mut out = Vec::new();
-            r.visit(Table::Memories, b"", b"", |_, m: crate::engine::records::MemoryRecord| {
-                if m.agent.is_some()
-                    && m.handed_off < m.next_fact
-                    && now - m.updated_at >= quiet
-                    && !m.queued_kinds.iter().any(|k| k == "handoff")
-                {
-                    out.push(m.id);
-                }
-                Ok(true)
-            })?;
+            r.visit(
+                Table::Memories,
+                b"",
+                b"",
+                |_, m: crate::engine::records::MemoryRecord| {
+                    if m.agent.is_some()
+                        && m.handed_off < m.next_fact
+                        && now - m.updated_at >= quiet
+                        && !m.queued_kinds.iter().any(|k| k == "handoff")
+                    {
+                        out.push(m.id);
+                    }
+                    Ok(true)
+                },
+            )?;
             Ok(out)
         })?;
         for m in &due {
@@ -107,7 +112,9 @@ impl Engine {
         }
         if let Some(d) = changes.retention_days {
             if !d.is_finite() || d <= 0.0 {
-                return Err(EngineError::InvalidArgument(format!("retention_days must be a positive number of days, got {d}")));
+                return Err(EngineError::InvalidArgument(format!(
+                    "retention_days must be a positive number of days, got {d}"
+                )));
             }
             rec.retention_days = Some(d);
         }
@@ -115,15 +122,22 @@ impl Engine {
             rec.sweep_live = live;
         }
         if let Some(sch) = changes.schedule {
-            if [sch.general, sch.emotional, sch.educational].iter().any(|d| !d.is_finite() || *d <= 0.0) {
-                return Err(EngineError::InvalidArgument("decay_days must be positive numbers of days".into()));
+            if [sch.general, sch.emotional, sch.educational]
+                .iter()
+                .any(|d| !d.is_finite() || *d <= 0.0)
+            {
+                return Err(EngineError::InvalidArgument(
+                    "decay_days must be positive numbers of days".into(),
+                ));
             }
             rec.schedule = Some(sch);
         }
         if let Some(k) = changes.keep_weights {
             let all = [k.age, k.access, k.confidence];
             if all.iter().any(|w| !w.is_finite() || *w < 0.0) || all.iter().sum::<f32>() <= 0.0 {
-                return Err(EngineError::InvalidArgument("keep_weights must be non-negative, not all zero".into()));
+                return Err(EngineError::InvalidArgument(
+                    "keep_weights must be non-negative, not all zero".into(),
+                ));
             }
             rec.keep_weights = Some(k);
         }
@@ -162,12 +176,22 @@ impl Engine {
     }
 
     /// `list_memories`: the caller's visible scope facts, filtered.
-    pub fn list_scope(&self, agent: &str, user: Option<&str>, filter: ListFilter, now: Option<f64>) -> Result<Value, EngineError> {
+    pub fn list_scope(
+        &self,
+        agent: &str,
+        user: Option<&str>,
+        filter: ListFilter,
+        now: Option<f64>,
+    ) -> Result<Value, EngineError> {
         let now = super::super::now_or(now)?;
-        let (rec, facts) = self.store.read(|r| Ok((agent_record(r, agent)?, scope_facts(r, agent)?)))?;
+        let (rec, facts) = self
+            .store
+            .read(|r| Ok((agent_record(r, agent)?, scope_facts(r, agent)?)))?;
         let status = filter.status.as_deref().unwrap_or("active");
         if !["active", "archived", "replaced", "all"].contains(&status) {
-            return Err(EngineError::InvalidArgument(format!("status must be active, archived, replaced or all, got {status:?}")));
+            return Err(EngineError::InvalidArgument(format!(
+                "status must be active, archived, replaced or all, got {status:?}"
+            )));
         }
         let named = |v: Value| v.as_str().map(str::to_owned);
         let items: Vec<Value> = facts
@@ -177,11 +201,24 @@ impl Engine {
                 Some(t) => f.believed_at(t),
                 None => matches!(
                     (status, &f.status),
-                    ("all", _) | ("active", Status::Active) | ("archived", Status::Archived { .. }) | ("replaced", Status::Replaced { .. })
+                    ("all", _)
+                        | ("active", Status::Active)
+                        | ("archived", Status::Archived { .. })
+                        | ("replaced", Status::Replaced { .. })
                 ),
             })
-            .filter(|f| filter.tier.as_deref().is_none_or(|t| named(json!(f.tier)).as_deref() == Some(t)))
-            .filter(|f| filter.kind.as_deref().is_none_or(|k| named(json!(f.kind)).as_deref() == Some(k)))
+            .filter(|f| {
+                filter
+                    .tier
+                    .as_deref()
+                    .is_none_or(|t| named(json!(f.tier)).as_deref() == Some(t))
+            })
+            .filter(|f| {
+                filter
+                    .kind
+                    .as_deref()
+                    .is_none_or(|k| named(json!(f.kind)).as_deref() == Some(k))
+            })
             .take(filter.limit.unwrap_or(usize::MAX))
             .map(|f| {
                 let mut v = f.view(now);
@@ -232,7 +269,9 @@ impl Engine {
     ) -> Result<Value, EngineError> {
         let lock = self.agent_lock(agent);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-        let (rec, facts) = self.store.read(|r| Ok((agent_record(r, agent)?, scope_facts(r, agent)?)))?;
+        let (rec, facts) = self
+            .store
+            .read(|r| Ok((agent_record(r, agent)?, scope_facts(r, agent)?)))?;
         let words = super::block::word_set(query);
         let mut hits: Vec<(&ScopeFact, f32)> = facts
             .iter()
@@ -258,25 +297,45 @@ impl Engine {
         self.store.write(|w| {
             if counted {
                 for (f, _) in &hits {
-                    put_fact(w, agent, &ScopeFact { uses: f.uses + 1, last_used: Some(now), ..(*f).clone() })?;
+                    put_fact(
+                        w,
+                        agent,
+                        &ScopeFact {
+                            uses: f.uses + 1,
+                            last_used: Some(now),
+                            ..(*f).clone()
+                        },
+                    )?;
                 }
             }
-            audit(w, agent, &AuditEntry {
-                at: now,
-                action: "search".into(),
-                memory: None,
-                user: user.map(str::to_owned),
-                items: ids.clone(),
-                detail: json!({"query": query, "by_meaning": vector.is_some(), "as_of": as_of}),
-            })
+            audit(
+                w,
+                agent,
+                &AuditEntry {
+                    at: now,
+                    action: "search".into(),
+                    memory: None,
+                    user: user.map(str::to_owned),
+                    items: ids.clone(),
+                    detail: json!({"query": query, "by_meaning": vector.is_some(), "as_of": as_of}),
+                },
+            )
         })?;
         Ok(json!({"agent": agent, "memories": out}))
     }
 
     /// `observe_memory`: one visible fact, its sources and what replaced it.
-    pub fn observe_scope(&self, agent: &str, user: Option<&str>, id: u64, now: Option<f64>) -> Result<Value, EngineError> {
+    pub fn observe_scope(
+        &self,
+        agent: &str,
+        user: Option<&str>,
+        id: u64,
+        now: Option<f64>,
+    ) -> Result<Value, EngineError> {
         let now = super::super::now_or(now)?;
-        let (rec, facts) = self.store.read(|r| Ok((agent_record(r, agent)?, scope_facts(r, agent)?)))?;
+        let (rec, facts) = self
+            .store
+            .read(|r| Ok((agent_record(r, agent)?, scope_facts(r, agent)?)))?;
         let f = facts
             .iter()
             .find(|f| f.n == id && visible(f, rec.sharing, user))
@@ -292,16 +351,30 @@ impl Engine {
             "learned_weights": rec.weights(f.owner.as_deref()),
             "archive_scale": rec.archive_scale(f.owner.as_deref()),
         });
-        v["source_facts"] = facts.iter().filter(|s| f.sources.contains(&s.n)).map(|s| s.view(now)).collect();
+        v["source_facts"] = facts
+            .iter()
+            .filter(|s| f.sources.contains(&s.n))
+            .map(|s| s.view(now))
+            .collect();
         if let Status::Replaced { by, .. } = f.status {
-            v["replaced_by"] = facts.iter().find(|s| s.n == by).map(|s| s.view(now)).unwrap_or(Value::Null);
+            v["replaced_by"] = facts
+                .iter()
+                .find(|s| s.n == by)
+                .map(|s| s.view(now))
+                .unwrap_or(Value::Null);
         }
         Ok(v)
     }
 
     /// `delete_memory`: deletes a visible fact and every fact distilled from it; facts those
     /// had replaced are active again. Returns what it removed; audited.
-    pub fn delete_scope_fact(&self, agent: &str, user: Option<&str>, id: u64, now: Option<f64>) -> Result<Value, EngineError> {
+    pub fn delete_scope_fact(
+        &self,
+        agent: &str,
+        user: Option<&str>,
+        id: u64,
+        now: Option<f64>,
+    ) -> Result<Value, EngineError> {
         let now = super::super::now_or(now)?;
         let lock = self.agent_lock(agent);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -315,20 +388,26 @@ impl Engine {
             // sweep had kept it past the retention, this user keeps facts shorter.
             let mut rec = rec.clone();
             rec.learn(asked, false);
-            let retention = self.policy_of(&rec).retention_secs(rec.retention_days, self.config.scopes.retention_days);
+            let retention = self
+                .policy_of(&rec)
+                .retention_secs(rec.retention_days, self.config.scopes.retention_days);
             if asked.is_active() && asked.tier == Tier::Episodic && now - asked.at > retention {
                 rec.learn_threshold(asked.owner.as_deref(), false);
             }
             w.put(Table::Agents, &keys::memory(agent), &rec)?;
             let removed = delete_with_derived(w, agent, &facts, [id].into())?;
-            audit(w, agent, &AuditEntry {
-                at: now,
-                action: "forget".into(),
-                memory: None,
-                user: user.map(str::to_owned),
-                items: removed.clone(),
-                detail: json!({"asked": id}),
-            })?;
+            audit(
+                w,
+                agent,
+                &AuditEntry {
+                    at: now,
+                    action: "forget".into(),
+                    memory: None,
+                    user: user.map(str::to_owned),
+                    items: removed.clone(),
+                    detail: json!({"asked": id}),
+                },
+            )?;
             Ok(Some(removed))
         })?;
         let removed = removed.ok_or_else(|| not_found(agent, id))?;
@@ -336,30 +415,52 @@ impl Engine {
     }
 
     /// `restore`: an archived visible fact back in use; audited.
-    pub fn restore_scope_fact(&self, agent: &str, user: Option<&str>, id: u64, now: Option<f64>) -> Result<Value, EngineError> {
+    pub fn restore_scope_fact(
+        &self,
+        agent: &str,
+        user: Option<&str>,
+        id: u64,
+        now: Option<f64>,
+    ) -> Result<Value, EngineError> {
         let now = super::super::now_or(now)?;
         let lock = self.agent_lock(agent);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-        let (rec, fact) = self.store.read(|r| Ok((agent_record(r, agent)?, r.get::<ScopeFact>(Table::ScopeFacts, &keys::seq(agent, id))?)))?;
-        let f = fact.filter(|f| visible(f, rec.sharing, user)).ok_or_else(|| not_found(agent, id))?;
+        let (rec, fact) = self.store.read(|r| {
+            Ok((
+                agent_record(r, agent)?,
+                r.get::<ScopeFact>(Table::ScopeFacts, &keys::seq(agent, id))?,
+            ))
+        })?;
+        let f = fact
+            .filter(|f| visible(f, rec.sharing, user))
+            .ok_or_else(|| not_found(agent, id))?;
         if f.archived_at().is_none() {
-            return Err(EngineError::Conflict(format!("memory {id} of agent {agent:?} is not archived")));
+            return Err(EngineError::Conflict(format!(
+                "memory {id} of agent {agent:?} is not archived"
+            )));
         }
-        let restored = ScopeFact { status: Status::Active, ..f };
+        let restored = ScopeFact {
+            status: Status::Active,
+            ..f
+        };
         self.store.write(|w| {
             // Wanted back: this user keeps facts longer than the sweep thought.
             let mut rec = agent_record(&*w, agent)?;
             rec.learn_threshold(restored.owner.as_deref(), true);
             w.put(Table::Agents, &keys::memory(agent), &rec)?;
             put_fact(w, agent, &restored)?;
-            audit(w, agent, &AuditEntry {
-                at: now,
-                action: "restore".into(),
-                memory: None,
-                user: user.map(str::to_owned),
-                items: vec![id],
-                detail: Value::Null,
-            })
+            audit(
+                w,
+                agent,
+                &AuditEntry {
+                    at: now,
+                    action: "restore".into(),
+                    memory: None,
+                    user: user.map(str::to_owned),
+                    items: vec![id],
+                    detail: Value::Null,
+                },
+            )
         })?;
         Ok(restored.view(now))
     }
@@ -382,7 +483,13 @@ impl Engine {
 
     /// `audit`: the agent's log, oldest first; a caller naming a user sees entries about that
     /// user and about nobody in particular.
-    pub fn audit_log(&self, agent: &str, user: Option<&str>, since: Option<f64>, limit: Option<usize>) -> Result<Value, EngineError> {
+    pub fn audit_log(
+        &self,
+        agent: &str,
+        user: Option<&str>,
+        since: Option<f64>,
+        limit: Option<usize>,
+    ) -> Result<Value, EngineError> {
         let since = since.unwrap_or(0.0);
         let entries: Vec<AuditEntry> = self.store.read(|r| r.scan(Table::Audit, &keys::memory_prefix(agent)))?;
         let entries: Vec<&AuditEntry> = entries
@@ -427,11 +534,19 @@ impl Engine {
 
     /// `clear_memories`: deletes every visible fact (of one tier when asked) and what was
     /// distilled from them; audited.
-    pub fn clear_scope(&self, agent: &str, user: Option<&str>, tier: Option<&str>, now: Option<f64>) -> Result<Value, EngineError> {
+    pub fn clear_scope(
+        &self,
+        agent: &str,
+        user: Option<&str>,
+        tier: Option<&str>,
+        now: Option<f64>,
+    ) -> Result<Value, EngineError> {
         let now = super::super::now_or(now)?;
         if let Some(t) = tier {
             if !["episodic", "semantic", "procedural"].contains(&t) {
-                return Err(EngineError::InvalidArgument(format!("tier must be episodic, semantic or procedural, got {t:?}")));
+                return Err(EngineError::InvalidArgument(format!(
+                    "tier must be episodic, semantic or procedural, got {t:?}"
+                )));
             }
         }
         let lock = self.agent_lock(agent);
@@ -453,14 +568,18 @@ impl Engine {
                 return Ok(Vec::new());
             }
             let removed = delete_with_derived(w, agent, &facts, doomed)?;
-            audit(w, agent, &AuditEntry {
-                at: now,
-                action: "forget".into(),
-                memory: None,
-                user: user.map(str::to_owned),
-                items: removed.clone(),
-                detail: json!({"cleared": tier.unwrap_or("all")}),
-            })?;
+            audit(
+                w,
+                agent,
+                &AuditEntry {
+                    at: now,
+                    action: "forget".into(),
+                    memory: None,
+                    user: user.map(str::to_owned),
+                    items: removed.clone(),
+                    detail: json!({"cleared": tier.unwrap_or("all")}),
+                },
+            )?;
             Ok(removed)
         })?;
         Ok(json!({"agent": agent, "removed": removed}))
@@ -488,7 +607,9 @@ impl Engine {
         }
         if let Some(i) = importance {
             if !(0.0..=1.0).contains(&i) {
-                return Err(EngineError::InvalidArgument(format!("importance must be within 0 and 1, got {i}")));
+                return Err(EngineError::InvalidArgument(format!(
+                    "importance must be within 0 and 1, got {i}"
+                )));
             }
         }
         // Embedded before the lock: the model never runs under it.
@@ -505,8 +626,15 @@ impl Engine {
         };
         let lock = self.agent_lock(agent);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-        let (mut rec, fact) = self.store.read(|r| Ok((agent_record(r, agent)?, r.get::<ScopeFact>(Table::ScopeFacts, &keys::seq(agent, id))?)))?;
-        let mut f = fact.filter(|f| visible(f, rec.sharing, user)).ok_or_else(|| not_found(agent, id))?;
+        let (mut rec, fact) = self.store.read(|r| {
+            Ok((
+                agent_record(r, agent)?,
+                r.get::<ScopeFact>(Table::ScopeFacts, &keys::seq(agent, id))?,
+            ))
+        })?;
+        let mut f = fact
+            .filter(|f| visible(f, rec.sharing, user))
+            .ok_or_else(|| not_found(agent, id))?;
         // A person corrected it: it is sure now, and its class matters to them.
         f.confidence = 1.0;
         rec.learn(&f, true);
@@ -532,14 +660,18 @@ impl Engine {
         self.store.write(|w| {
             put_fact(w, agent, &f)?;
             w.put(Table::Agents, &keys::memory(agent), &rec)?;
-            audit(w, agent, &AuditEntry {
-                at: now,
-                action: "update".into(),
-                memory: None,
-                user: user.map(str::to_owned),
-                items: vec![id],
-                detail: json!({"text": text, "kind": kind, "importance": importance}),
-            })
+            audit(
+                w,
+                agent,
+                &AuditEntry {
+                    at: now,
+                    action: "update".into(),
+                    memory: None,
+                    user: user.map(str::to_owned),
+                    items: vec![id],
+                    detail: json!({"text": text, "kind": kind, "importance": importance}),
+                },
+            )
         })?;
         Ok(f.view(now))
     }
@@ -547,7 +679,9 @@ impl Engine {
     /// `doctor`: whether an agent's memory works, and what is wrong when it does not.
     pub fn doctor(&self, agent: &str, now: Option<f64>) -> Result<Value, EngineError> {
         let now = super::super::now_or(now)?;
-        let (rec, facts) = self.store.read(|r| Ok((agent_record(r, agent)?, scope_facts(r, agent)?)))?;
+        let (rec, facts) = self
+            .store
+            .read(|r| Ok((agent_record(r, agent)?, scope_facts(r, agent)?)))?;
         let policy = self.policy_of(&rec);
         let mut problems = Vec::new();
         let (embedder, judge) = match &self.models {
@@ -576,7 +710,9 @@ impl Engine {
         };
         let unsearchable = facts.iter().filter(|f| f.is_active() && f.v.is_empty()).count();
         if unsearchable > 0 {
-            problems.push(format!("{unsearchable} active memories are not searchable by meaning (no vector)"));
+            problems.push(format!(
+                "{unsearchable} active memories are not searchable by meaning (no vector)"
+            ));
         }
         let overdue = rec
             .last_sweep
@@ -626,21 +762,30 @@ impl Engine {
             return Ok((0, turns));
         }
         let removed = delete_with_derived(w, agent, &facts, from_memory)?;
-        audit(w, agent, &AuditEntry {
-            at: now,
-            action: "forget".into(),
-            memory: Some(memory.to_owned()),
-            user: None,
-            items: removed.clone(),
-            detail: json!({"why": "forget_memory", "hot_turns": turns}),
-        })?;
+        audit(
+            w,
+            agent,
+            &AuditEntry {
+                at: now,
+                action: "forget".into(),
+                memory: Some(memory.to_owned()),
+                user: None,
+                items: removed.clone(),
+                detail: json!({"why": "forget_memory", "hot_turns": turns}),
+            },
+        )?;
         Ok((removed.len() as u64, turns))
     }
 }
 
 /// Deletes `doomed` and, transitively, every fact that lists one of them as a source; a fact
 /// replaced by a deleted one is active again (what replaced it is gone). Returns the deleted.
-fn delete_with_derived(w: &mut Writer<'_>, agent: &str, facts: &[ScopeFact], mut doomed: BTreeSet<u64>) -> Result<Vec<u64>, StoreError> {
+fn delete_with_derived(
+    w: &mut Writer<'_>,
+    agent: &str,
+    facts: &[ScopeFact],
+    mut doomed: BTreeSet<u64>,
+) -> Result<Vec<u64>, StoreError> {
     loop {
         let more: Vec<u64> = facts
             .iter()
@@ -657,7 +802,14 @@ fn delete_with_derived(w: &mut Writer<'_>, agent: &str, facts: &[ScopeFact], mut
             super::delete_fact(w, agent, f.n)?;
         } else if let Status::Replaced { by, .. } = f.status {
             if doomed.contains(&by) {
-                put_fact(w, agent, &ScopeFact { status: Status::Active, ..f.clone() })?;
+                put_fact(
+                    w,
+                    agent,
+                    &ScopeFact {
+                        status: Status::Active,
+                        ..f.clone()
+                    },
+                )?;
             }
         }
     }

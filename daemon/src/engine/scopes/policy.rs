@@ -110,11 +110,26 @@ mod tests {
     #[test]
     fn the_seed_numbers() {
         let c = Policy::of(PolicyName::Conversational);
-        assert_eq!((c.episodic_days, c.episodic_cap, c.semantic_cap, c.budget_tokens, c.procedural), (14.0, Some(100), Some(50), 1_500, false));
+        assert_eq!(
+            (
+                c.episodic_days,
+                c.episodic_cap,
+                c.semantic_cap,
+                c.budget_tokens,
+                c.procedural
+            ),
+            (14.0, Some(100), Some(50), 1_500, false)
+        );
         let k = Policy::of(PolicyName::KnowledgeWorker);
-        assert_eq!((k.episodic_days, k.episodic_cap, k.semantic_cap, k.budget_tokens), (90.0, Some(500), Some(200), 3_000));
+        assert_eq!(
+            (k.episodic_days, k.episodic_cap, k.semantic_cap, k.budget_tokens),
+            (90.0, Some(500), Some(200), 3_000)
+        );
         let x = Policy::of(PolicyName::Compliance);
-        assert_eq!((x.episodic_cap, x.semantic_cap, x.archive_unused, x.budget_tokens), (None, None, false, 2_000));
+        assert_eq!(
+            (x.episodic_cap, x.semantic_cap, x.archive_unused, x.budget_tokens),
+            (None, None, false, 2_000)
+        );
         assert!(x.episodic_days >= 3_650.0);
         assert!(!Policy::of(PolicyName::Off).captures());
     }

@@ -99,7 +99,10 @@ pub(super) fn put_routine(w: &mut Writer<'_>, agent: &str, r: &Routine) -> Resul
 /// the next consolidation, without this one).
 pub(super) fn forget_routines(w: &mut Writer<'_>, agent: &str, memory: &str) -> Result<BTreeSet<u64>, StoreError> {
     let routines: Vec<(Vec<u8>, Routine)> = w.scan_keyed(Table::Routines, &prefix(agent, memory))?;
-    let drawn: BTreeSet<(Option<String>, String)> = routines.iter().map(|(_, r)| (r.owner.clone(), sequence(&r.tools))).collect();
+    let drawn: BTreeSet<(Option<String>, String)> = routines
+        .iter()
+        .map(|(_, r)| (r.owner.clone(), sequence(&r.tools)))
+        .collect();
     for (k, _) in &routines {
         w.delete(Table::Routines, k)?;
     }
@@ -111,7 +114,11 @@ pub(super) fn forget_routines(w: &mut Writer<'_>, agent: &str, memory: &str) -> 
 }
 
 /// Removes the routines whose owner `cleared` accepts (`clear_memories`).
-pub(super) fn clear_routines(w: &mut Writer<'_>, agent: &str, cleared: impl Fn(Option<&str>) -> bool) -> Result<(), StoreError> {
+pub(super) fn clear_routines(
+    w: &mut Writer<'_>,
+    agent: &str,
+    cleared: impl Fn(Option<&str>) -> bool,
+) -> Result<(), StoreError> {
     let routines: Vec<(Vec<u8>, Routine)> = w.scan_keyed(Table::Routines, &keys::memory_prefix(agent))?;
     for (k, r) in routines {
         if cleared(r.owner.as_deref()) {
@@ -134,7 +141,11 @@ struct Pattern<'a> {
 
 impl Pattern<'_> {
     fn conversations(&self) -> usize {
-        self.routines.iter().map(|r| r.memory.as_str()).collect::<BTreeSet<_>>().len()
+        self.routines
+            .iter()
+            .map(|r| r.memory.as_str())
+            .collect::<BTreeSet<_>>()
+            .len()
     }
     fn first_seen(&self) -> f64 {
         self.routines.iter().map(|r| r.at).fold(f64::INFINITY, f64::min)
@@ -156,7 +167,11 @@ impl Pattern<'_> {
             }
         }
         with.into_iter()
-            .max_by(|a, b| cosine(&a.v, &mean).total_cmp(&cosine(&b.v, &mean)).then(a.at.total_cmp(&b.at)))
+            .max_by(|a, b| {
+                cosine(&a.v, &mean)
+                    .total_cmp(&cosine(&b.v, &mean))
+                    .then(a.at.total_cmp(&b.at))
+            })
             .expect("not empty")
     }
     fn text(&self) -> String {
@@ -223,7 +238,8 @@ impl Engine {
             for p in &patterns {
                 let subject = sequence(p.tools);
                 let example = p.example();
-                let confidence = (CONFIDENCE + PER_CONVERSATION * (p.conversations() - MIN_CONVERSATIONS) as f32).min(1.0);
+                let confidence =
+                    (CONFIDENCE + PER_CONVERSATION * (p.conversations() - MIN_CONVERSATIONS) as f32).min(1.0);
                 let fact = match held.iter().find(|f| f.subject == subject) {
                     Some(f) if !f.is_active() => continue, // replaced or archived: it stays so
                     Some(f) => {
@@ -286,11 +302,15 @@ impl Engine {
                 if let Some((new, np)) = newer {
                     let current: Option<ScopeFact> = Read::get(&*w, Table::ScopeFacts, &keys::seq(agent, old.n))?;
                     if current.as_ref().is_some_and(ScopeFact::is_active) {
-                        put_fact(w, agent, &ScopeFact {
-                            status: Status::Replaced { by: new.n, at: now },
-                            valid_to: Some(np.first_seen()),
-                            ..old.clone()
-                        })?;
+                        put_fact(
+                            w,
+                            agent,
+                            &ScopeFact {
+                                status: Status::Replaced { by: new.n, at: now },
+                                valid_to: Some(np.first_seen()),
+                                ..old.clone()
+                            },
+                        )?;
                         replaced.push(json!({"id": old.n, "by": new.n}));
                     }
                 }
@@ -299,14 +319,22 @@ impl Engine {
                 w.put(Table::Agents, &keys::memory(agent), &rec)?;
             }
             if !found.is_empty() || !replaced.is_empty() {
-                audit(w, agent, &AuditEntry {
-                    at: now,
-                    action: "consolidate".into(),
-                    memory: None,
-                    user: owner.map(str::to_owned),
-                    items: found.iter().copied().chain(replaced.iter().filter_map(|r| r["id"].as_u64())).collect(),
-                    detail: json!({"procedures": found, "replaced": replaced}),
-                })?;
+                audit(
+                    w,
+                    agent,
+                    &AuditEntry {
+                        at: now,
+                        action: "consolidate".into(),
+                        memory: None,
+                        user: owner.map(str::to_owned),
+                        items: found
+                            .iter()
+                            .copied()
+                            .chain(replaced.iter().filter_map(|r| r["id"].as_u64()))
+                            .collect(),
+                        detail: json!({"procedures": found, "replaced": replaced}),
+                    },
+                )?;
             }
             Ok(())
         })?;

@@ -48,7 +48,9 @@ impl Engine {
     pub fn sweep(&self, agent: &str, now: f64) -> Result<Value, EngineError> {
         let lock = self.agent_lock(agent);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-        let (mut rec, facts) = self.store.read(|r| Ok((agent_record(r, agent)?, scope_facts(r, agent)?)))?;
+        let (mut rec, facts) = self
+            .store
+            .read(|r| Ok((agent_record(r, agent)?, scope_facts(r, agent)?)))?;
         let policy = self.policy_of(&rec);
         let retention = policy.retention_secs(rec.retention_days, self.config.scopes.retention_days);
         let mut plan: Vec<(u64, Action)> = Vec::new();
@@ -59,7 +61,10 @@ impl Engine {
                 match f.status {
                     Status::Active => {
                         let importance = self.importance(&rec, f, now);
-                        if f.tier == Tier::Episodic && policy.archive_unused && importance < faded * rec.archive_scale(f.owner.as_deref()) {
+                        if f.tier == Tier::Episodic
+                            && policy.archive_unused
+                            && importance < faded * rec.archive_scale(f.owner.as_deref())
+                        {
                             plan.push((f.n, Action::Archive("faded past retention")));
                         } else if f.tier == Tier::Episodic
                             && f.uses > PROMOTE_USES
@@ -79,7 +84,11 @@ impl Engine {
             }
             for tier in [Tier::Episodic, Tier::Semantic] {
                 let Some(cap) = policy.cap(tier) else { continue };
-                let archived: Vec<u64> = plan.iter().filter(|(_, a)| matches!(a, Action::Archive(_))).map(|(n, _)| *n).collect();
+                let archived: Vec<u64> = plan
+                    .iter()
+                    .filter(|(_, a)| matches!(a, Action::Archive(_)))
+                    .map(|(n, _)| *n)
+                    .collect();
                 let mut live: Vec<&ScopeFact> = facts
                     .iter()
                     .filter(|f| f.tier == tier && f.is_active() && !archived.contains(&f.n))
@@ -89,7 +98,12 @@ impl Engine {
                 }
                 // Lowest first: importance now, then uses, then the oldest.
                 let rank = |f: &ScopeFact| self.importance(&rec, f, now);
-                live.sort_by(|a, b| rank(a).total_cmp(&rank(b)).then(a.uses.cmp(&b.uses)).then(a.at.total_cmp(&b.at)));
+                live.sort_by(|a, b| {
+                    rank(a)
+                        .total_cmp(&rank(b))
+                        .then(a.uses.cmp(&b.uses))
+                        .then(a.at.total_cmp(&b.at))
+                });
                 let over = live.len() - cap;
                 for f in &live[..over] {
                     plan.retain(|(n, _)| *n != f.n);
@@ -110,7 +124,9 @@ impl Engine {
             .map(|(n, a)| match a {
                 Action::Archive(why) => json!({"id": n, "action": "archive", "why": why}),
                 Action::Importance(to) => json!({"id": n, "action": "importance", "to": to}),
-                Action::Promote => json!({"id": n, "action": "promote", "why": "used often, confirmed, and older than a week"}),
+                Action::Promote => {
+                    json!({"id": n, "action": "promote", "why": "used often, confirmed, and older than a week"})
+                }
                 Action::Purge(why) => json!({"id": n, "action": "purge", "why": why}),
             })
             .collect();
@@ -174,7 +190,9 @@ impl Engine {
         let agents: Vec<String> = self.store.read(|r| {
             let mut out = Vec::new();
             r.visit(Table::Agents, b"", b"", |_, a: super::records::AgentRecord| {
-                if a.last_sweep.is_none_or(|t| now - t >= self.config.scopes.sweep_hours * 3600.0) {
+                if a.last_sweep
+                    .is_none_or(|t| now - t >= self.config.scopes.sweep_hours * 3600.0)
+                {
                     out.push(a.agent);
                 }
                 Ok(true)

@@ -71,25 +71,39 @@ pub(crate) fn save_working_notes(
     if notes.iter().any(|r| r.block.is_none()) {
         w.put(Table::Agents, &keys::memory(agent), &rec)?;
     }
-    audit(w, agent, &AuditEntry {
-        at: now,
-        action: "remember".into(),
-        memory: Some(memory.to_owned()),
-        user: user.map(str::to_owned),
-        items: Vec::new(),
-        detail: json!({"notes": notes.iter().filter(|r| r.block.is_none()).count(), "core_blocks": blocks}),
-    })
+    audit(
+        w,
+        agent,
+        &AuditEntry {
+            at: now,
+            action: "remember".into(),
+            memory: Some(memory.to_owned()),
+            user: user.map(str::to_owned),
+            items: Vec::new(),
+            detail: json!({"notes": notes.iter().filter(|r| r.block.is_none()).count(), "core_blocks": blocks}),
+        },
+    )
 }
 
 impl Engine {
     /// Runs the searches a reply's recall calls ask for (none when the memory names no agent,
     /// the tool is off or the agent's policy captures nothing). Takes no memory lock.
-    pub(crate) fn recall_tool_searches(&self, memory: &str, parsed: &ParsedResponse, now: f64) -> Result<Vec<Searched>, EngineError> {
+    pub(crate) fn recall_tool_searches(
+        &self,
+        memory: &str,
+        parsed: &ParsedResponse,
+        now: f64,
+    ) -> Result<Vec<Searched>, EngineError> {
         let name = &self.config.scopes.recall_tool;
         if name.is_empty() {
             return Ok(Vec::new());
         }
-        let calls: Vec<_> = parsed.messages.iter().flat_map(|m| &m.tool_calls).filter(|c| &c.name == name).collect();
+        let calls: Vec<_> = parsed
+            .messages
+            .iter()
+            .flat_map(|m| &m.tool_calls)
+            .filter(|c| &c.name == name)
+            .collect();
         if calls.is_empty() {
             return Ok(Vec::new());
         }
@@ -97,7 +111,10 @@ impl Engine {
         let Some((agent, user)) = record.and_then(|r| Some((r.agent?, r.user))) else {
             return Ok(Vec::new());
         };
-        if !self.policy_of(&self.store.read(|r| agent_record(r, &agent))?).captures() {
+        if !self
+            .policy_of(&self.store.read(|r| agent_record(r, &agent))?)
+            .captures()
+        {
             return Ok(Vec::new());
         }
         let mut out = Vec::new();
@@ -120,7 +137,13 @@ impl Engine {
             out.push(Searched {
                 lines: hits
                     .iter()
-                    .map(|f| format!("\n- {} ({})", f["text"].as_str().unwrap_or_default(), date(f["at"].as_f64().unwrap_or(now))))
+                    .map(|f| {
+                        format!(
+                            "\n- {} ({})",
+                            f["text"].as_str().unwrap_or_default(),
+                            date(f["at"].as_f64().unwrap_or(now))
+                        )
+                    })
                     .collect(),
                 items: hits.iter().filter_map(item).collect(),
                 query,
@@ -179,7 +202,11 @@ pub(crate) fn attach_searches(st: &mut State, searched: Vec<Searched>, now: f64)
         }
         section.items.extend(s.items);
     }
-    section.text = if section.text.is_empty() { text.trim_start().to_owned() } else { format!("{}{text}", section.text) };
+    section.text = if section.text.is_empty() {
+        text.trim_start().to_owned()
+    } else {
+        format!("{}{text}", section.text)
+    };
     let now_tokens = tokens::text_tokens(&section.text) as u64 + 4;
     let added = now_tokens.saturating_sub(section.tokens);
     section.tokens = now_tokens;
