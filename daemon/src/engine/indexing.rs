@@ -41,12 +41,10 @@ pub(super) fn passage_drafts(st: &State, passage_tokens: u64) -> (Vec<Passage>, 
             .collect();
         let ps = passages_of(e.n, &ms, next, passage_tokens);
         for p in &ps {
-            let of: Vec<&StoredMessage> = ms
-                .iter()
-                .copied()
-                .filter(|m| (p.first_seq..=p.last_seq).contains(&m.seq))
-                .collect();
-            texts.push(embedding_text(p, &of));
+            // A passage is a contiguous run of the episode's messages.
+            let from = ms.partition_point(|m| m.seq < p.first_seq);
+            let to = ms.partition_point(|m| m.seq <= p.last_seq);
+            texts.push(embedding_text(p, &ms[from..to]));
         }
         next += ps.len() as u64;
         out.extend(ps);
@@ -336,21 +334,10 @@ fn index_error(e: IndexError) -> EngineError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::records::Source;
-    use crate::formats::{Format, Message, Role};
+    use crate::formats::Role;
 
     fn msg(mem: &mut MemoryRecord, role: Role, text: &str) -> StoredMessage {
-        let m = StoredMessage::new(
-            mem,
-            Message::new(Format::ChatCompletions, role, text),
-            0.0,
-            Source::Request,
-        );
-        mem.next_seq += 1;
-        if role == Role::User {
-            mem.turn += 1;
-        }
-        m
+        crate::engine::passages::tests::msg(mem, role, text, 0.0)
     }
 
     #[test]

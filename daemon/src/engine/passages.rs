@@ -90,12 +90,13 @@ pub fn turns(first: u64, last: u64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::engine::records::{MemoryRecord, Source};
     use crate::formats::{Format, Message};
 
-    fn msg(mem: &mut MemoryRecord, role: Role, text: &str, at: f64) -> StoredMessage {
+    /// Numbers a message as `mem`'s next one (a user message opens a turn).
+    pub(in crate::engine) fn msg(mem: &mut MemoryRecord, role: Role, text: &str, at: f64) -> StoredMessage {
         let m = StoredMessage::new(
             mem,
             Message::new(Format::ChatCompletions, role, text),
