@@ -1,15 +1,15 @@
 //! import: a memory created from what `export` returned, every record as it was (sequence
-//! numbers, times, turns, episodes, traces, facts, queued jobs), so export → import → export
-//! changes nothing but the memory's name (and a `Reembed` job queued for the vectors). Derived
-//! records are rebuilt from these: the graph's aliases and edges at once, vectors and the
-//! search indexes in the lane.
+//! numbers, times, turns, episodes, traces, facts, queued jobs, decisions), so export → import
+//! → export changes nothing but the memory's name (and a `Reembed` job queued for the
+//! vectors). Derived records are rebuilt from these: the graph's aliases and edges at once,
+//! vectors and the search indexes in the lane.
 
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use super::records::{
-    Entity, Episode, EpisodeState, Fact, Job, JobKind, MemoryRecord, Passage, RecallBlock, Source, StoredMessage,
-    Trace, UnitScore,
+    Decision, Entity, Episode, EpisodeState, Fact, Job, JobKind, MemoryRecord, Passage, RecallBlock, Source,
+    StoredMessage, Trace, UnitScore, DECISIONS_KEPT,
 };
 use super::{graph, state, Engine, EngineError};
 use crate::formats::{self, Format, Role};
@@ -72,7 +72,24 @@ impl Engine {
         } else {
             Vec::new()
         };
+        let mut decisions: Vec<Decision> = if export.get("decisions").is_some() {
+            field(export, "decisions")?
+        } else {
+            Vec::new()
+        };
         check_numbering(&record, &messages, &episodes, &facts, &jobs)?;
+        let mut last: Option<u64> = None;
+        for d in &decisions {
+            if last.is_some_and(|l| d.n <= l) || d.n >= record.next_decision {
+                return Err(EngineError::InvalidArgument(format!(
+                    "export.decisions: numbers must increase and stay below record.next_decision ({}); found {}",
+                    record.next_decision, d.n
+                )));
+            }
+            last = Some(d.n);
+        }
+        // A diagnostic log: only the latest are kept, as decorate keeps them.
+        decisions.retain(|d| d.n + DECISIONS_KEPT >= record.next_decision);
 
         let exists = self.store.read(|r| {
             Ok(r.get::<serde::de::IgnoredAny>(Table::Memories, &keys::memory(memory))?
@@ -152,6 +169,9 @@ impl Engine {
             for j in &jobs {
                 w.put(Table::Jobs, &keys::seq(id, j.n), j)?;
             }
+            for d in &decisions {
+                w.put(Table::Decisions, &keys::seq(id, d.n), d)?;
+            }
             w.put(Table::Memories, &keys::memory(id), &record)
         })?;
         if !jobs.is_empty() {
@@ -164,6 +184,7 @@ impl Engine {
             "traces": traces.len(),
             "facts": facts.len(),
             "entities": entities.len(),
+            "decisions": decisions.len(),
             "jobs": jobs.len(),
         }))
     }

@@ -11,6 +11,7 @@ mod assemble;
 mod blocks;
 mod budget;
 mod cut;
+mod decisions;
 mod distill;
 mod fade;
 pub mod graph;
@@ -391,7 +392,9 @@ impl Engine {
             facts_written += self.take_note(&mut st, note, now, Source::Request);
         }
 
-        // 3. Seal what is acknowledged and over.
+        // 3. Seal what is acknowledged and over. (The states are noted first: the decision
+        // kept for `inspect` says which episodes this decorate moved.)
+        let before = (!args.dry_run).then(|| decisions::Before::of(&st));
         seal_acknowledged(&mut st, now);
 
         // 4. Sleep or fade.
@@ -589,7 +592,34 @@ impl Engine {
                 "facts": e.facts,
             })).collect::<Vec<_>>(),
         });
-        if !args.dry_run {
+        if let Some(before) = before {
+            let (faded, leaving, forgotten) = decisions::moved(&before, &st);
+            let n = st.memory.next_decision;
+            st.memory.next_decision += 1;
+            let decision = records::Decision {
+                n,
+                at: now,
+                turn: st.memory.turn,
+                seq: st.memory.next_seq.checked_sub(1),
+                stored: plan.new.len() as u64,
+                ceiling: measure.budget.ceiling,
+                budget: measure.budget.history,
+                fixed: measure.budget.fixed,
+                room: measure.budget.room,
+                landing: measure.budget.landing,
+                view_tokens: measure.view,
+                request_tokens: assembled.tokens,
+                in_view: decisions::in_view(&st, &assembled.hidden, &assembled.hidden_for_recall),
+                faded,
+                leaving,
+                forgotten,
+                sleep,
+                hidden_for_ceiling: assembled.hidden,
+                hidden_for_recall: assembled.hidden_for_recall,
+                note_ask: assembled.note_ask,
+                cut: cut_report.map(|c| decisions::cut_of(c.units, c.scored, c.episodes)),
+                recall: decisions::recall_of(&recall_info),
+            };
             let queued = st.has_new_jobs();
             // The new user message joins its user's hot turns, and what the cross-memory block
             // showed is audited, in the same transaction (under the agent's lock: other
@@ -610,6 +640,7 @@ impl Engine {
             let _agent_held = agent_lock.as_ref().map(|l| l.lock().unwrap_or_else(|e| e.into_inner()));
             self.store.write(|w| {
                 st.save(w)?;
+                decisions::put(w, &args.memory, &decision)?;
                 if let Some((agent, user, text)) = &hot {
                     let turn = scopes::hot::HotTurn {
                         memory: args.memory.clone(),
@@ -814,6 +845,8 @@ impl Engine {
             }))).collect::<Vec<_>>(),
             "passages": self.store.read(|r| r.scan::<records::Passage>(crate::store::Table::Passages, &crate::store::keys::memory_prefix(memory)))?,
             "recalls": st.recalls.values().collect::<Vec<_>>(),
+            // The latest decorates' decisions (a diagnostic log: the latest 32 are kept).
+            "decisions": self.store.read(|r| decisions::latest(r, memory, records::DECISIONS_KEPT as usize))?.0,
             "jobs": self.store.read(|r| r.scan::<records::Job>(crate::store::Table::Jobs, &crate::store::keys::memory_prefix(memory)))?,
         }))
     }

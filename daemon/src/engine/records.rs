@@ -67,6 +67,9 @@ pub struct MemoryRecord {
     /// Messages below this seq have been read for facts at a handoff (the un-noted tail).
     #[serde(default)]
     pub extracted_to: u64,
+    /// The number the next decorate's decision record gets (table `decisions`).
+    #[serde(default)]
+    pub next_decision: u64,
 }
 
 /// One version of the client's instructions and when it was first seen.
@@ -114,6 +117,7 @@ impl MemoryRecord {
             instructions: Vec::new(),
             handed_off: 0,
             extracted_to: 0,
+            next_decision: 0,
         }
     }
 }
@@ -439,6 +443,91 @@ pub struct RecallItem {
 pub struct VectorRecord {
     pub model: String,
     pub v: Vec<f32>,
+}
+
+/// What one decorate decided, kept for `inspect`: sizes, which episodes the request held and
+/// which left the view, what was held back and what recall found. A diagnostic log, not
+/// history: only the latest [`DECISIONS_KEPT`] of a memory are kept (an older one is deleted in
+/// the transaction that adds a new one). Compact: numbers, never message texts.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Decision {
+    pub n: u64,
+    pub at: f64,
+    pub turn: u64,
+    /// The last stored message's seq when it ran (None before the first message).
+    pub seq: Option<u64>,
+    /// Messages it stored.
+    #[serde(default)]
+    pub stored: u64,
+    pub ceiling: u64,
+    pub budget: u64,
+    pub fixed: u64,
+    pub room: u64,
+    pub landing: u64,
+    pub view_tokens: u64,
+    pub request_tokens: u64,
+    /// Episodes whose messages the request held (live and leaving ones not held back).
+    pub in_view: Vec<u64>,
+    /// Episodes that left the view in this decorate (in view before it, sealed or forgotten
+    /// after it).
+    pub faded: Vec<u64>,
+    /// Episodes the fade started leaving (still in view: their facts are asked for).
+    #[serde(default)]
+    pub leaving: Vec<u64>,
+    /// Sealed episodes the fade forgot (their facts left the facts block).
+    #[serde(default)]
+    pub forgotten: Vec<u64>,
+    /// The user came back after `sleep_hours`: the fade ran whatever the size.
+    #[serde(default)]
+    pub sleep: bool,
+    pub hidden_for_ceiling: Vec<u64>,
+    pub hidden_for_recall: Vec<u64>,
+    pub note_ask: bool,
+    pub cut: Option<DecisionCut>,
+    pub recall: Option<DecisionRecall>,
+}
+
+/// The latest decisions a memory keeps.
+pub const DECISIONS_KEPT: u64 = 32;
+
+/// A cut made inline by a decorate.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct DecisionCut {
+    pub units: u64,
+    pub scored: u64,
+    pub episodes: u64,
+}
+
+/// What recall found for a decorate's new user message.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DecisionRecall {
+    pub tokens: u64,
+    pub best_cosine: Option<f32>,
+    pub relevant: bool,
+    pub items: Vec<DecisionItem>,
+    pub ms: RecallMs,
+}
+
+/// One item of the recall block: a [`RecallItem`] without its seqs.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DecisionItem {
+    pub kind: String,
+    pub n: u64,
+    pub score: f64,
+    pub searches: Vec<String>,
+    #[serde(default)]
+    pub cosine: Option<f32>,
+    pub turns: [u64; 2],
+}
+
+/// Recall's time, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct RecallMs {
+    pub embed: f64,
+    pub search: f64,
+    pub walk: f64,
+    pub total: f64,
 }
 
 /// Work queued for the memory's background lane, run strictly in order.

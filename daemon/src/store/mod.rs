@@ -69,10 +69,13 @@ pub enum Table {
     Verdicts,
     /// agent id + memory id + NUL + seq → a request and the tools called for it (procedural tier).
     Routines,
+    /// memory id + decision number → what one decorate decided (the latest 32: a diagnostic
+    /// log for `inspect`).
+    Decisions,
 }
 
 impl Table {
-    pub const ALL: [Table; 21] = [
+    pub const ALL: [Table; 22] = [
         Table::Meta,
         Table::Memories,
         Table::Messages,
@@ -94,6 +97,7 @@ impl Table {
         Table::Documents,
         Table::Verdicts,
         Table::Routines,
+        Table::Decisions,
     ];
 
     /// The table's name in LMDB (and in receipts).
@@ -120,6 +124,7 @@ impl Table {
             Table::Documents => "documents",
             Table::Verdicts => "verdicts",
             Table::Routines => "routines",
+            Table::Decisions => "decisions",
         }
     }
 
