@@ -153,6 +153,41 @@ fn each_uid_has_its_own_memories_and_a_share_rule_opens_an_agents_to_a_group() {
     // A member of the share group works in the agent's memories.
     let shared = call_as(sharer, &d, "export", json!({"memory": "notes"})).unwrap();
     assert_eq!(texts(&shared), vec!["agent secret"]);
+    // `memories` lists the caller's own only, named as the caller names them (a share
+    // member sees the owner's), and `inspect` reaches no other namespace.
+    call_as(
+        agent,
+        &d,
+        "decorate",
+        json!({"memory": "plans", "request": chat("agent plans"), "now": 1002.0}),
+    )
+    .unwrap();
+    let listed = |user| -> Vec<String> {
+        let reply = call_as(user, &d, "memories", json!({})).unwrap();
+        reply["memories"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["memory"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(listed(agent), ["notes", "plans"]);
+    assert_eq!(listed(sharer), ["notes", "plans"]);
+    assert_eq!(listed(other), ["notes"]);
+    let root = d.client().call("memories", json!({})).unwrap();
+    assert_eq!(root["memories"], json!([]), "root has none of its own");
+    assert_eq!(
+        call_as(other, &d, "inspect", json!({"memory": "plans"})).unwrap_err(),
+        "not_found"
+    );
+    assert_eq!(
+        call_as(other, &d, "inspect", json!({"memory": format!("u{}/plans", agent.0)})).unwrap_err(),
+        "not_found"
+    );
+    let inspected = call_as(sharer, &d, "inspect", json!({"memory": "plans", "turns": [1, 1]})).unwrap();
+    assert_eq!(inspected["memory"], "plans");
+    assert_eq!(inspected["messages"][0]["text"], "agent plans");
+
     // Forgetting one uid's memory leaves the other's.
     let receipt = call_as(other, &d, "forget_memory", json!({"memory": "notes"})).unwrap();
     assert_eq!(receipt["memory"], "notes");

@@ -38,6 +38,8 @@ pub const OPS: &[&str] = &[
     "add_document",
     "list_documents",
     "remove_document",
+    "inspect",
+    "memories",
 ];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -258,4 +260,68 @@ pub struct ScopeArgs {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MemoriesUsedArgs {
     pub memory: String,
+}
+
+/// `inspect`: one memory as it stands, read-only: episodes with their activation as of `at`
+/// and its curve, facts, the graph, the latest decorates' decisions, the lane, and on request
+/// the messages of some turns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InspectArgs {
+    pub memory: String,
+    /// Unix seconds the activations are computed at; now when absent.
+    #[serde(default)]
+    pub at: Option<f64>,
+    /// How many of the latest decisions to return (at most 32).
+    #[serde(default = "inspect_decisions")]
+    pub decisions: u64,
+    /// The latest episodes to list (every episode in view is listed as well).
+    #[serde(default = "inspect_episodes")]
+    pub episodes: u64,
+    /// Points of each listed episode's activation curve (0: none).
+    #[serde(default = "inspect_curve")]
+    pub curve: u64,
+    /// `[first, last]`: also return the messages of these turns.
+    #[serde(default)]
+    pub turns: Option<[u64; 2]>,
+}
+
+fn inspect_decisions() -> u64 {
+    8
+}
+
+fn inspect_episodes() -> u64 {
+    200
+}
+
+fn inspect_curve() -> u64 {
+    48
+}
+
+/// `memories`: the caller's own memories.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoriesReply {
+    pub memories: Vec<MemorySummary>,
+}
+
+/// One memory in the `memories` list, from its record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemorySummary {
+    /// As the caller names it.
+    pub memory: String,
+    /// Messages stored (superseded ones and note calls included).
+    pub messages: u64,
+    /// User turns.
+    pub turns: u64,
+    pub episodes: u64,
+    pub facts: u64,
+    /// The last op that changed it (Unix seconds).
+    pub last_at: f64,
+    pub created_at: f64,
+    #[serde(default)]
+    pub agent: Option<String>,
+    #[serde(default)]
+    pub user: Option<String>,
+    /// The ceiling the memory set (None: the daemon's default).
+    #[serde(default)]
+    pub ceiling: Option<u64>,
 }

@@ -46,6 +46,21 @@ pub fn of_facts(facts: &[Fact], traces: &[Trace], now: f64) -> Vec<f64> {
     out
 }
 
+/// One episode's activation at each of `times` (its traces given): at each time, the counted
+/// traces recorded by then, each faded as in [`of_episodes`]; a later trace does not count yet.
+pub fn curve(traces: &[&Trace], times: &[f64]) -> Vec<f64> {
+    times
+        .iter()
+        .map(|&t| {
+            traces
+                .iter()
+                .filter(|tr| tr.counted && tr.at <= t)
+                .map(|tr| faded(tr.score, tr.at, t))
+                .sum()
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,6 +92,24 @@ mod tests {
         assert!((significance_of_episodes(1, &t)[0] - 1.7).abs() < 1e-12);
         assert!(of_episodes(1, &t, 1e9)[0] < 0.01);
         assert!((significance_of_episodes(1, &t)[0] - 1.7).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_curve_is_the_activation_at_each_time_counting_only_traces_recorded_by_then() {
+        let (first, second) = (trace(0.0, 1.0, true), trace(3600.0, 0.5, true));
+        let all = [first.clone(), second.clone()];
+        let times = [0.0, 240.0, 3599.0, 3600.0, 7200.0];
+        let c = curve(&[&first, &second, &trace(0.0, 0.9, false)], &times);
+        assert_eq!(c[0], 1.0);
+        assert!((c[1] - 0.5).abs() < 1e-12);
+        assert!(
+            (c[2] - of_episodes(1, &all[..1], 3599.0)[0]).abs() < 1e-12,
+            "the second trace not yet"
+        );
+        for (t, a) in times.iter().zip(&c).skip(3) {
+            assert!((a - of_episodes(1, &all, *t)[0]).abs() < 1e-12, "at {t}");
+        }
+        assert!(c[3] > c[2], "a trace renews the episode");
     }
 
     #[test]

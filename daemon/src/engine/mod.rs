@@ -18,6 +18,7 @@ pub mod graph;
 mod import;
 mod indexing;
 mod ingest;
+mod inspect;
 mod jobs;
 mod notes;
 mod pairing;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use recalld_protocol::ops::{
     AgentArgs, DecorateArgs, EndArgs, ExportArgs, ForgetMemoryArgs, ForgetMemoryReply, HelloArgs, HelloReply,
-    ImportArgs, Limits, MemoriesUsedArgs, MetricsArgs, QuietArgs, ReportArgs, ScopeArgs, OPS,
+    ImportArgs, InspectArgs, Limits, MemoriesUsedArgs, MetricsArgs, QuietArgs, ReportArgs, ScopeArgs, OPS,
 };
 use recalld_protocol::{
     validate_memory_id, ErrorBody, ErrorCode, Reply, Request, MAX_MEMORY_ID_BYTES, MIN_PROTOCOL_VERSION,
@@ -183,6 +183,19 @@ async fn run(state: &Arc<AppState>, peer: &Peer, request: Request) -> Result<Val
                     format!("format must be json or prometheus, got {other:?}"),
                 )),
             }
+        }
+        "inspect" => {
+            let a: InspectArgs = args(request.args)?;
+            let engine = state.engine.clone();
+            blocking(move || engine.inspect(&a)).await
+        }
+        "memories" => {
+            // The caller's own namespace only; the ids come back as the caller names them.
+            let prefix = peer.namespace().map(|ns| format!("{ns}/")).unwrap_or_default();
+            let engine = state.engine.clone();
+            let mut list = blocking(move || engine.memories(&prefix)).await?;
+            unqualify(&mut list, peer);
+            Ok(list)
         }
         "quiet" => {
             let a: QuietArgs = args(request.args)?;
