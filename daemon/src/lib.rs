@@ -10,6 +10,7 @@ pub mod config;
 pub mod engine;
 pub mod formats;
 pub mod index;
+pub mod inspect;
 pub mod lanes;
 pub mod models;
 pub mod server;

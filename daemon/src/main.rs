@@ -84,6 +84,22 @@ enum Command {
         #[command(flatten)]
         at: Where,
     },
+    /// Show a memory: its episodes with their activation, facts, the last decorates'
+    /// decisions and the lane (readable in 80 columns; --json prints the op's reply).
+    Inspect {
+        memory: String,
+        /// Activation as of this time: Unix seconds, RFC 3339 or "YYYY-MM-DD HH:MM" (UTC).
+        #[arg(long)]
+        at: Option<String>,
+        /// Print the `inspect` op's reply as JSON.
+        #[arg(long)]
+        json: bool,
+        /// How many of the last decisions to show (at most 32).
+        #[arg(long, default_value_t = 8)]
+        decisions: u64,
+        #[command(flatten)]
+        daemon: Where,
+    },
     /// Create MEMORY from an export (a JSON or MessagePack file, or - for stdin).
     Import {
         memory: String,
@@ -236,6 +252,13 @@ fn main() -> ExitCode {
             msgpack: true,
             at,
         } => export_msgpack(&at, &memory),
+        Command::Inspect {
+            memory,
+            at,
+            json,
+            decisions,
+            daemon,
+        } => inspect(&daemon, &memory, at.as_deref(), decisions, json),
         Command::Import { memory, file, at } => {
             let bytes = if file.as_os_str() == "-" {
                 let mut b = Vec::new();
@@ -327,6 +350,31 @@ fn op(at: &Where, name: &str, args: Value, text: bool) -> Result<(), ExitCode> {
         }
         Ok(v) => {
             println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            Ok(())
+        }
+        Err(recalld::client::ClientError::Server(e)) => {
+            eprintln!("{}", json!({"code": e.code.as_str(), "message": e.message}));
+            Err(ExitCode::FAILURE)
+        }
+        Err(e) => {
+            eprintln!("recalld: {}: {e}", s.socket.display());
+            Err(ExitCode::from(3))
+        }
+    }
+}
+
+fn inspect(daemon: &Where, memory: &str, at: Option<&str>, decisions: u64, json: bool) -> Result<(), ExitCode> {
+    let at = match at.map(recalld::inspect::parse_time).transpose() {
+        Ok(at) => at,
+        Err(e) => {
+            eprintln!("recalld: --at: {e}");
+            return Err(ExitCode::from(2));
+        }
+    };
+    let s = daemon.settings()?;
+    match recalld::admin::inspect(&s.socket, memory, at, decisions, json) {
+        Ok(text) => {
+            print!("{text}");
             Ok(())
         }
         Err(recalld::client::ClientError::Server(e)) => {

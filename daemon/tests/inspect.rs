@@ -1,13 +1,15 @@
-//! `inspect` and `memories` through the real socket: a conversation long enough that episodes
-//! fade, over hours of injected time.
+//! `inspect` and `memories` through the real socket, and `recalld inspect` run as a process: a
+//! conversation long enough that episodes fade, over hours of injected time.
 
 mod convo;
 mod util;
 
+use std::process::Command;
+
 use convo::Convo;
 use recalld::client::Client;
 use serde_json::{json, Value};
-use util::{code, Daemon};
+use util::{bin, code, Daemon};
 
 /// Time between turns: the conversation spans a day, so activation decays between them.
 const HALF_HOUR: f64 = 1800.0;
@@ -265,4 +267,52 @@ fn memories_lists_the_callers_own_from_their_records() {
     assert_eq!(m["last_at"], export["record"]["updated_at"]);
     assert_eq!(m["agent"], Value::Null);
     // Another uid's memories are not listed: see peers.rs (needs root).
+}
+
+#[test]
+fn recalld_inspect_prints_the_memory_in_80_columns() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    let mut convo = Convo::new("cli");
+    talk(&mut c, &mut convo, 12);
+    convo::drain(&mut c);
+    let run = |args: &[&str]| {
+        let out = Command::new(bin())
+            .arg("inspect")
+            .args(args)
+            .arg("--socket")
+            .arg(&d.socket)
+            .env_remove("RECALLD_CONFIG")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (status, text, err) = run(&["cli", "--at", "2023-11-15T12:00:00Z"]);
+    assert_eq!(status, Some(0), "{err}");
+    let first = text.lines().next().unwrap();
+    assert!(first.starts_with("cli · 12 turns · "), "{text}");
+    assert!(first.contains("ceiling 4,000"), "{first}");
+    assert!(text.contains("as of 2023-11-15 12:00 UTC"), "{text}");
+    for section in ["EPISODES", "FACTS", "DECISIONS  (last 8 of 12 kept)", "LANE"] {
+        assert!(text.contains(section), "{section} in:\n{text}");
+    }
+    for line in text.lines() {
+        assert!(line.chars().count() <= 80, "{} columns: {line}", line.chars().count());
+    }
+    let (status, json_text, err) = run(&["cli", "--json", "--decisions", "2", "--at", "1700000000"]);
+    assert_eq!(status, Some(0), "{err}");
+    let reply: Value = serde_json::from_str(&json_text).unwrap();
+    assert_eq!(reply["memory"], "cli");
+    assert_eq!(reply["at"], 1_700_000_000.0);
+    assert_eq!(list(&reply["decisions"]).len(), 2);
+    let (status, _, err) = run(&["nobody"]);
+    assert_eq!(status, Some(1));
+    assert!(err.contains("not_found"), "{err}");
+    let (status, _, err) = run(&["cli", "--at", "tomorrow"]);
+    assert_eq!(status, Some(2));
+    assert!(err.contains("--at"), "{err}");
 }

@@ -35,6 +35,9 @@ mod units;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+pub(crate) use notes::parse_date;
+pub use passages::date;
+
 use recalld_protocol::ops::{DecorateArgs, DecorateReply, ReportArgs, ReportReply};
 use recalld_protocol::{ErrorBody, ErrorCode};
 use serde::Deserialize;

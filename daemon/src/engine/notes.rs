@@ -135,7 +135,7 @@ impl Engine {
 /// Unix seconds of an ISO 8601 date or date-time as a model writes it ("2026-03-14",
 /// "2026-03-14T09:30", "2026-03-14 09:30:00Z"); None for anything else (the time is then unknown,
 /// never guessed). Offsets other than Z are not read.
-pub(super) fn parse_date(s: &str) -> Option<f64> {
+pub(crate) fn parse_date(s: &str) -> Option<f64> {
     let s = s.trim().trim_end_matches('Z');
     let (date, time) = match s.split_once(['T', ' ']) {
         Some((d, t)) => (d, Some(t)),
