@@ -78,6 +78,26 @@ def test_export_has_the_messages(client: recalld.Client, memory_id: str) -> None
     assert "user" in roles and "assistant" in roles
 
 
+def test_inspect_shows_the_memory_and_the_messages_of_a_turn(client: recalld.Client, memory_id: str) -> None:
+    client.decorate(memory_id, chat_request("The staging database is called orchid."), now=1767225600.0)
+    client.report(memory_id, chat_completion("Noted: staging is orchid."), now=1767225601.0)
+    out = client.inspect(memory_id, at=datetime(2026, 1, 2, tzinfo=timezone.utc), turns=(1, 1), decisions=1)
+    assert out["memory"] == memory_id
+    assert out["at"] == 1767312000.0
+    assert out["record"]["turns"] == 1
+    assert [d["turn"] for d in out["decisions"]] == [1]
+    texts = [m["text"] for m in out["messages"]]
+    assert texts == ["The staging database is called orchid.", "Noted: staging is orchid."]
+    with pytest.raises(recalld.NotFoundError):
+        client.inspect(memory_id + "-never")
+
+
+def test_memories_lists_this_users_own(client: recalld.Client, memory_id: str) -> None:
+    client.decorate(memory_id, chat_request("hello"))
+    listed = {m["memory"]: m for m in client.memories()["memories"]}
+    assert listed[memory_id]["turns"] == 1, "named as the caller names it"
+
+
 def test_dry_run_stores_nothing(client: recalld.Client, memory_id: str) -> None:
     client.decorate(memory_id, chat_request("first"))
     before = len(client.export(memory_id)["messages"])
@@ -134,6 +154,8 @@ def test_async_client_full_api(daemon: Daemon, memory_id: str) -> None:
             rep = await c.report(memory_id, chat_completion("async hi"))
             assert set(rep) == {"response", "again"}
             assert all("role" in m for m in (await c.export(memory_id))["messages"])
+            assert (await c.inspect(memory_id, curve=0))["record"]["turns"] == 1
+            assert memory_id in [m["memory"] for m in (await c.memories())["memories"]]
             with pytest.raises(recalld.ProtocolError) as info:
                 await c.call("no_such_op")
             assert info.value.code == "unknown_op"

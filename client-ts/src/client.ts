@@ -18,6 +18,9 @@ import {
   type ExportReply,
   type HealthReply,
   type HelloReply,
+  type InspectOptions,
+  type InspectReply,
+  type MemoriesReply,
   type PingReply,
   type ProviderRequest,
   type ProviderResponse,
@@ -203,6 +206,30 @@ export class Client {
   /** Everything stored for `memory`. */
   export(memory: string): Promise<ExportReply> {
     return this.call<ExportReply>("export", { memory });
+  }
+
+  /**
+   * `memory` as it stands, read-only: its episodes with their activation as of `at` (default
+   * now) and its curve, facts, entities, the last decorates' decisions, the lane, and with
+   * `turns: [first, last]` the messages of those turns.
+   */
+  inspect(memory: string, options: InspectOptions = {}): Promise<InspectReply> {
+    const args: Args = { memory };
+    try {
+      putNow(args, options.at, "at");
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    if (options.decisions !== undefined) args["decisions"] = options.decisions;
+    if (options.episodes !== undefined) args["episodes"] = options.episodes;
+    if (options.curve !== undefined) args["curve"] = options.curve;
+    if (options.turns !== undefined) args["turns"] = [options.turns[0], options.turns[1]];
+    return this.call<InspectReply>("inspect", args);
+  }
+
+  /** This user's own memories, from their records. */
+  memories(): Promise<MemoriesReply> {
+    return this.call<MemoriesReply>("memories", {});
   }
 
   /**
@@ -452,13 +479,13 @@ function openSocket(path: string, timeoutMs: number): Promise<Socket> {
   });
 }
 
-function putNow(args: Args, now: number | Date | undefined): void {
+function putNow(args: Args, now: number | Date | undefined, key = "now"): void {
   if (now === undefined) return;
   const seconds = now instanceof Date ? now.getTime() / 1000 : now;
   if (typeof seconds !== "number" || !Number.isFinite(seconds)) {
-    throw new RecalldError("invalid_argument", "now must be a finite number of Unix seconds or a valid Date");
+    throw new RecalldError("invalid_argument", `${key} must be a finite number of Unix seconds or a valid Date`);
   }
-  args["now"] = seconds;
+  args[key] = seconds;
 }
 
 function withoutUndefined(args: Args): Args {

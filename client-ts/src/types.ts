@@ -195,3 +195,72 @@ export interface ExportReply {
   messages: StoredMessage[];
   [key: string]: unknown;
 }
+
+// inspect, memories
+
+export interface InspectOptions {
+  /** Activation as of this time: Unix seconds or a Date (default: now). */
+  at?: number | Date;
+  /** How many of the last decorates' decisions (default 8, at most 32). */
+  decisions?: number;
+  /** The latest episodes listed (default 200; every episode in view is listed as well). */
+  episodes?: number;
+  /** Points of each episode's activation curve (default 48; 0 for none). */
+  curve?: number;
+  /** Also return the messages of these turns. */
+  turns?: [number, number];
+}
+
+/** One episode as `inspect` shows it. */
+export interface InspectEpisode {
+  n: number;
+  state: "live" | "leaving" | "sealed" | "forgotten";
+  first_turn: number;
+  last_turn: number;
+  first_seq: number;
+  last_seq: number;
+  at: number;
+  tokens: number;
+  activation: number;
+  significance: number;
+  facts: number[];
+  traces: { at: number; kind: string; score: number; counted: boolean; fact: number | null }[];
+  /** `[time, activation]` pairs from the episode's encoding to `at`. */
+  curve: [number, number][];
+  [key: string]: unknown;
+}
+
+export interface InspectReply {
+  memory: string;
+  at: number;
+  record: Record<string, unknown>;
+  episodes: InspectEpisode[];
+  episodes_omitted: number;
+  facts: Record<string, unknown>[];
+  entities: { n: number; name: string; aliases: string[] }[];
+  edges: { fact: number; subject: number; object: number }[];
+  /** The latest decorates' decisions, oldest first. */
+  decisions: Record<string, unknown>[];
+  decisions_kept: number;
+  lane: Record<string, unknown>;
+  /** Only when `turns` was given. */
+  messages?: { seq: number; turn: number; role: string; text: string; [key: string]: unknown }[];
+  [key: string]: unknown;
+}
+
+export interface MemorySummary {
+  memory: string;
+  messages: number;
+  turns: number;
+  episodes: number;
+  facts: number;
+  last_at: number;
+  created_at: number;
+  agent: string | null;
+  user: string | null;
+  ceiling: number | null;
+}
+
+export interface MemoriesReply {
+  memories: MemorySummary[];
+}

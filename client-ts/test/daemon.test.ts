@@ -131,6 +131,21 @@ describe("against the real daemon", { timeout: 120_000 }, () => {
     assert.equal((b.request as { model?: unknown }).model, "gpt-4.1");
   });
 
+  test("inspect shows the memory and the messages of a turn; memories lists it", async () => {
+    const memory = memoryId("inspect");
+    await client.decorate(memory, chatRequest(), { now: 1767225600 });
+    await client.report(memory, completion("Noted."), { now: 1767225601 });
+    const seen = await client.inspect(memory, { at: new Date(Date.UTC(2026, 0, 2)), turns: [1, 1], curve: 0 });
+    assert.equal(seen.memory, memory);
+    assert.equal(seen.at, 1767312000);
+    assert.equal(seen.record["turns"], 1);
+    assert.deepEqual(seen.decisions.map((d) => d["turn"]), [1]);
+    assert.deepEqual(seen.messages?.map((m) => m.role), ["user", "assistant"]);
+    await assert.rejects(client.inspect(`${memory}-never`), { code: "not_found" });
+    const listed = (await client.memories()).memories.find((m) => m.memory === memory);
+    assert.equal(listed?.turns, 1);
+  });
+
   test("dry-run decorate stores nothing", async () => {
     const memory = memoryId("dry");
     await client.decorate(memory, chatRequest(), { dryRun: true });

@@ -7,11 +7,19 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timezone
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 from . import _native
 
-__all__ = ["default_socket", "resolve_socket", "to_unix_seconds", "hello_args", "decorate_args", "report_args"]
+__all__ = [
+    "default_socket",
+    "resolve_socket",
+    "to_unix_seconds",
+    "hello_args",
+    "decorate_args",
+    "report_args",
+    "inspect_args",
+]
 
 Now = Union[float, int, datetime]
 SocketPath = Union[str, "os.PathLike[str]"]
@@ -94,4 +102,24 @@ def report_args(memory: str, response: Dict[str, Any], now: Optional[Now]) -> Di
     args: Dict[str, Any] = {"memory": memory, "response": response}
     if now is not None:
         args["now"] = to_unix_seconds(now)
+    return args
+
+
+def inspect_args(
+    memory: str,
+    at: Optional[Now],
+    decisions: Optional[int],
+    episodes: Optional[int],
+    curve: Optional[int],
+    turns: Optional[Tuple[int, int]],
+) -> Dict[str, Any]:
+    args: Dict[str, Any] = {"memory": memory}
+    if at is not None:
+        args["at"] = to_unix_seconds(at)
+    for key, value in (("decisions", decisions), ("episodes", episodes), ("curve", curve)):
+        if value is not None:
+            args[key] = value
+    if turns is not None:
+        first, last = turns
+        args["turns"] = [first, last]
     return args

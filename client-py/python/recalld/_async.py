@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from types import TracebackType
-from typing import Any, Coroutine, Dict, Generator, Optional, Type
+from typing import Any, Coroutine, Dict, Generator, Optional, Tuple, Type
 
 from . import _native
-from ._args import Now, SocketPath, decorate_args, hello_args, report_args, resolve_socket
+from ._args import Now, SocketPath, decorate_args, hello_args, inspect_args, report_args, resolve_socket
 from ._errors import RecalldConnectionError, RecalldError, RecalldTimeoutError, error_from_wire
 
 __all__ = ["AsyncClient"]
@@ -182,6 +182,23 @@ class AsyncClient:
     async def export(self, memory: str) -> Dict[str, Any]:
         """Everything stored for `memory`."""
         return await self.call("export", {"memory": memory})
+
+    async def inspect(
+        self,
+        memory: str,
+        *,
+        at: Optional[Now] = None,
+        decisions: Optional[int] = None,
+        episodes: Optional[int] = None,
+        curve: Optional[int] = None,
+        turns: Optional[Tuple[int, int]] = None,
+    ) -> Dict[str, Any]:
+        """See `Client.inspect`."""
+        return await self.call("inspect", inspect_args(memory, at, decisions, episodes, curve, turns))
+
+    async def memories(self) -> Dict[str, Any]:
+        """See `Client.memories`."""
+        return await self.call("memories", {})
 
     @property
     def closed(self) -> bool:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Dict, Optional, Type
+from typing import Any, Dict, Optional, Tuple, Type
 
 from . import _native
-from ._args import Now, SocketPath, decorate_args, hello_args, report_args, resolve_socket
+from ._args import Now, SocketPath, decorate_args, hello_args, inspect_args, report_args, resolve_socket
 
 __all__ = ["Client"]
 
@@ -74,6 +74,27 @@ class Client:
     def export(self, memory: str) -> Dict[str, Any]:
         """Everything stored for `memory`."""
         return self._conn.call("export", {"memory": memory})
+
+    def inspect(
+        self,
+        memory: str,
+        *,
+        at: Optional[Now] = None,
+        decisions: Optional[int] = None,
+        episodes: Optional[int] = None,
+        curve: Optional[int] = None,
+        turns: Optional[Tuple[int, int]] = None,
+    ) -> Dict[str, Any]:
+        """`memory` as it stands, read-only: its episodes with their activation as of `at` (a
+        datetime or Unix seconds; default now) and its curve, facts, entities, the last
+        `decisions` decorates' decisions (8; at most 32), the lane, and with `turns=(first,
+        last)` the messages of those turns. `episodes` (200) bounds the episodes out of view
+        listed; `curve` (48) is the points of each curve (0: none)."""
+        return self._conn.call("inspect", inspect_args(memory, at, decisions, episodes, curve, turns))
+
+    def memories(self) -> Dict[str, Any]:
+        """`{"memories": [...]}`: this user's own memories, from their records."""
+        return self._conn.call("memories", {})
 
     def close(self) -> None:
         """Closes the socket; later calls raise `RecalldConnectionError`."""
