@@ -267,6 +267,16 @@ fn memories_lists_the_callers_own_from_their_records() {
     assert_eq!(m["last_at"], export["record"]["updated_at"]);
     assert_eq!(m["agent"], Value::Null);
     // Another uid's memories are not listed: see peers.rs (needs root).
+
+    // Both ops are served and counted by name.
+    let caps = c.call("hello", json!({})).unwrap()["capabilities"].clone();
+    for op in ["inspect", "memories"] {
+        assert!(list(&caps).contains(&json!(op)), "{op} in {caps}");
+    }
+    c.call("inspect", json!({"memory": "a-talk"})).unwrap();
+    let metrics = c.call("metrics", json!({})).unwrap();
+    assert_eq!(metrics["requests"]["memories"]["count"], 1);
+    assert_eq!(metrics["requests"]["inspect"]["count"], 1);
 }
 
 #[test]
