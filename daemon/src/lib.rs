@@ -15,6 +15,7 @@ pub mod lanes;
 pub mod models;
 pub mod server;
 pub mod store;
+pub mod ui;
 pub mod units;
 
 use std::sync::Arc;

@@ -112,6 +112,17 @@ enum Command {
         #[command(subcommand)]
         action: DocumentsAction,
     },
+    /// Serve the web inspector on 127.0.0.1 and print its address (with a random token).
+    Ui {
+        /// The port to listen on (0: any free one).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        /// The token API requests must carry (default: 128 random bits).
+        #[arg(long)]
+        token: Option<String>,
+        #[command(flatten)]
+        at: Where,
+    },
     /// Send any op with JSON arguments and print the reply (for scripts and debugging).
     Call {
         op: String,
@@ -275,6 +286,7 @@ fn main() -> ExitCode {
             };
             op(&at, "import", json!({ "memory": memory, "export": export }), false)
         }
+        Command::Ui { port, token, at } => ui(&at, port, token),
         Command::Call { op: name, args, at } => match serde_json::from_str::<Value>(&args) {
             Ok(args) => op(&at, &name, args, false),
             Err(e) => {
@@ -308,6 +320,37 @@ fn serve(over: Overrides) -> Result<(), ExitCode> {
             eprintln!("recalld: {e}");
             ExitCode::FAILURE
         })
+}
+
+/// `recalld ui`: binds loopback, prints the page's address, serves until SIGINT or SIGTERM.
+fn ui(at: &Where, port: u16, token: Option<String>) -> Result<(), ExitCode> {
+    let s = at.settings()?;
+    init_logging(&s.log);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(async {
+        let opts = recalld::ui::Options {
+            socket: s.socket.clone(),
+            port,
+            token,
+        };
+        let server = recalld::ui::Server::bind(&opts).await.map_err(|e| {
+            eprintln!("recalld: {e}");
+            ExitCode::from(2)
+        })?;
+        if let Err(e) = recalld::admin::call(&s.socket, "health", json!({})) {
+            eprintln!(
+                "recalld: no daemon answers on {} yet ({e}); the page will say so until one does",
+                s.socket.display()
+            );
+        }
+        println!("recalld ui: {}", server.url());
+        server.serve(recalld::server::shutdown::signals()).await;
+        Ok(())
+    })
 }
 
 fn install_units(user: bool, dir: Option<PathBuf>, bin: Option<PathBuf>) -> Result<(), ExitCode> {
