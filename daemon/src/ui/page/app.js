@@ -161,7 +161,7 @@ async function pick(memory) {
 
 async function loadInspect() {
   if (!app.memory) return;
-  const args = { memory: app.memory, decisions: 16 };
+  const args = { memory: app.memory, decisions: 12 };
   if (app.at) args.at = app.at;
   const data = await guarded(() => call("inspect", args));
   if (!data) return;
@@ -181,48 +181,55 @@ async function loadInspect() {
   renderLane(data.lane);
   renderDecisions(data);
   renderGraph(data);
+  $("inspect-body").dataset.at = String(data.at);
 }
 
 function renderLegend() {
   const el = clear($("legend"));
-  for (const [st, colour] of Object.entries(STATE_COLOURS)) {
-    el.append(h("span", {}, h("i", { style: `background:${colour}` }), st));
-  }
+  for (const st of Object.keys(STATE_COLOURS)) el.append(h("span", {}, h("i", { class: `state-${st}` }), st));
   el.append(h("span", {}, h("i", { class: "uncut" }), "not cut yet"));
-  for (const [kind, colour] of Object.entries(TRACE_COLOURS)) {
-    el.append(h("span", {}, h("i", { class: "dot", style: `background:${colour}` }), `${kind} trace`));
-  }
+  for (const kind of Object.keys(TRACE_COLOURS)) el.append(h("span", {}, h("i", { class: `dot trace-${kind}` }), `${kind} trace`));
 }
 
-// Episodes as bands over the turn axis.
+// Episodes as bands over the turn axis. Two episodes may share a turn (a cut falls between a
+// user message and its reply), so overlapping bands go to rows of their own.
 function renderTimeline(data) {
-  const W = 1000, H = 74, L = 44, R = 12, top = 8, bandH = 34;
+  const W = 1000, L = 44, R = 12, top = 8, trackH = 40;
   const svg = clear($("timeline"));
-  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   const eps = data.episodes;
   const turns = Math.max(1, data.record?.turns || 0, ...eps.map((e) => e.last_turn));
+  const ends = [];
+  const row = new Map();
+  for (const e of [...eps].sort((a, b) => a.first_seq - b.first_seq)) {
+    let r = ends.findIndex((end) => end < e.first_turn - 1 + 0.001);
+    if (r < 0) r = ends.push(0) - 1;
+    ends[r] = e.last_turn;
+    row.set(e.n, r);
+  }
+  const rows = Math.max(1, ends.length), bandH = trackH / rows, H = top + trackH + 26;
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   const x = (t) => L + (t / turns) * (W - L - R);
-  svg.append(s("text", { x: 4, y: top + bandH / 2 + 4, class: "axis-label" }, "turns"));
-  svg.append(s("rect", { x: x(0), y: top, width: x(turns) - x(0), height: bandH, class: "track" }));
+  svg.append(s("text", { x: 4, y: top + trackH / 2 + 4, class: "axis-label" }, "turns"));
+  svg.append(s("rect", { x: x(0), y: top, width: x(turns) - x(0), height: trackH, class: "track" }));
   const lastCut = Math.max(0, ...eps.map((e) => e.last_turn));
   if (lastCut < turns) {
-    svg.append(s("rect", { x: x(lastCut), y: top, width: x(turns) - x(lastCut), height: bandH, class: "band-uncut" },
+    svg.append(s("rect", { x: x(lastCut), y: top, width: x(turns) - x(lastCut), height: trackH, class: "band-uncut" },
       s("title", {}, `turns ${lastCut + 1}–${turns}: not cut into an episode yet`)));
   }
   for (const e of eps) {
-    const x0 = x(e.first_turn - 1), x1 = x(e.last_turn);
+    const x0 = x(e.first_turn - 1), x1 = x(e.last_turn), y0 = top + row.get(e.n) * bandH;
     const g = s("g", { class: "band", "data-state": e.state, "data-episode": e.n,
       onmouseenter: () => highlight(e.n), onmouseleave: () => highlight(null) });
-    g.append(s("rect", { x: x0 + 0.5, y: top, width: Math.max(1, x1 - x0 - 1), height: bandH, fill: STATE_COLOURS[e.state] || "#888" }));
-    if (x1 - x0 > 26) g.append(s("text", { x: (x0 + x1) / 2, y: top + bandH / 2 + 4, class: "band-label" }, epLabel(e.n)));
+    g.append(s("rect", { x: x0 + 0.5, y: y0 + 0.5, width: Math.max(1, x1 - x0 - 1), height: bandH - 1, fill: STATE_COLOURS[e.state] || "#888" }));
+    if (x1 - x0 > 26 && bandH >= 12) g.append(s("text", { x: (x0 + x1) / 2, y: y0 + bandH / 2 + 4, class: "band-label" }, epLabel(e.n)));
     g.append(s("title", {}, `${epLabel(e.n)} ${e.state}: turns ${e.first_turn}–${e.last_turn}, ${e.tokens} tokens, ` +
       `activation ${fmtNum(e.activation, 3)}, significance ${fmtNum(e.significance, 3)}, ${(e.facts || []).length} facts`));
     svg.append(g);
   }
   const step = niceStep(turns, 12);
   for (let t = 0; t <= turns; t += step) {
-    svg.append(s("line", { x1: x(t), x2: x(t), y1: top + bandH, y2: top + bandH + 5, class: "tick" }));
-    svg.append(s("text", { x: x(t), y: top + bandH + 18, class: "tick-label" }, t));
+    svg.append(s("line", { x1: x(t), x2: x(t), y1: top + trackH, y2: top + trackH + 5, class: "tick" }));
+    svg.append(s("text", { x: x(t), y: top + trackH + 18, class: "tick-label" }, t));
   }
 }
 
@@ -278,12 +285,19 @@ function renderCurves(data) {
         s("title", {}, `${epLabel(e.n)} ${tr.kind} trace at ${fmtTime(tr.at)}: score ${fmtNum(tr.score, 3)}` +
           `${tr.fact !== undefined && tr.fact !== null ? `, fact ${tr.fact}` : ""}${tr.counted === false ? " (not counted)" : ""}`)));
     }
-    const last = e.curve[e.curve.length - 1];
-    g.append(s("text", { x: Math.min(W - R + 4, x(last[0]) + 4), y: y(last[1]) + 4, class: "curve-label", fill: colour }, epLabel(e.n)));
     svg.append(g);
   }
+  // Each curve's name at its end, skipping names that would overlap one already placed.
+  const placed = [];
+  for (const e of [...eps].sort((a, b) => b.curve[b.curve.length - 1][1] - a.curve[a.curve.length - 1][1])) {
+    const last = e.curve[e.curve.length - 1];
+    const ly = y(last[1]) + 4;
+    if (placed.some((py) => Math.abs(py - ly) < 11)) continue;
+    placed.push(ly);
+    svg.append(s("text", { x: Math.min(W - R + 4, x(last[0]) + 4), y: ly, class: "curve-label", fill: STATE_COLOURS[e.state] || "#888" }, epLabel(e.n)));
+  }
   svg.append(s("line", { x1: x(data.at), x2: x(data.at), y1: T, y2: H - B, class: "as-of-line" }));
-  svg.append(s("text", { x: x(data.at) - 4, y: T + 10, class: "tick-label end" }, `as of ${fmtTime(data.at)}`));
+  svg.append(s("text", { x: x(data.at) - 4, y: H - B - 4, class: "tick-label end as-of" }, `as of ${fmtTime(data.at)}`));
 }
 
 function renderLane(lane) {
@@ -300,7 +314,7 @@ function renderLane(lane) {
 // Decisions: each decorate's budget and what it showed
 
 function budgetBar(d) {
-  const W = 1000, H = 54, top = 6, barH = 20;
+  const W = 1000, H = 64, top = 16, barH = 20;
   const rec = d.recall && d.recall.tokens ? d.recall.tokens : 0;
   const max = Math.max(d.ceiling || 0, d.request_tokens || 0, (d.fixed || 0) + (d.view_tokens || 0) + (d.room || 0), 1);
   const x = (v) => 2 + (v / max) * (W - 4);
@@ -313,13 +327,14 @@ function budgetBar(d) {
   seg(d.fixed, d.fixed + d.view_tokens, "seg-view", `history in view: ${d.view_tokens} tokens`);
   seg(d.fixed + d.view_tokens - rec, d.fixed + d.view_tokens, "seg-recall", `recall block: ${rec} tokens`);
   seg(d.ceiling - d.room, d.ceiling, "seg-room", `room for the reply: ${d.room} tokens`);
-  const mark = (v, cls, label, anchor) => {
+  // Marks: the landing and the ceiling labelled below the bar, the tokens sent above it.
+  const mark = (v, cls, label, above) => {
     svg.append(s("line", { x1: x(v), x2: x(v), y1: top - 4, y2: top + barH + 4, class: cls }));
-    svg.append(s("text", { x: x(v), y: top + barH + 17, class: `tick-label ${anchor || ""}` }, label));
+    svg.append(s("text", { x: x(v), y: above ? top - 6 : top + barH + 17, class: `tick-label ${above ? "" : "end"}` }, label));
   };
-  mark(d.fixed + d.landing, "mark-landing", `landing ${d.fixed + d.landing}`, "end");
-  mark(d.ceiling, "mark-ceiling", `ceiling ${d.ceiling}`, "end");
-  if (d.request_tokens > d.ceiling) mark(d.request_tokens, "mark-over", `request ${d.request_tokens}`);
+  mark(d.fixed + d.landing, "mark-landing", `landing ${d.fixed + d.landing}`);
+  mark(d.ceiling, "mark-ceiling", `ceiling ${d.ceiling}`);
+  mark(d.request_tokens, "mark-sent", `sent ${d.request_tokens}`, true);
   return svg;
 }
 
@@ -331,15 +346,23 @@ function chips(label, list, cls) {
 
 function renderDecisions(data) {
   const el = clear($("decisions"));
+  el.append(h("div", { class: "legend" },
+    h("span", {}, h("i", { class: "seg-fixed" }), "fixed (instructions, facts block, note ask)"),
+    h("span", {}, h("i", { class: "seg-view" }), "history in view"),
+    h("span", {}, h("i", { class: "seg-recall" }), "recall block"),
+    h("span", {}, h("i", { class: "seg-room" }), "room for the reply"),
+    h("span", {}, h("i", { class: "mark-landing" }), "landing (the fade's target)"),
+    h("span", {}, h("i", { class: "mark-ceiling" }), "ceiling"),
+    h("span", {}, h("i", { class: "mark-sent" }), "tokens sent")));
   const list = [...(data.decisions || [])].reverse();
   if (!list.length) el.append(h("p", { class: "muted" }, "No decorate recorded yet."));
   const factText = new Map(data.facts.map((f) => [f.n, f.note]));
-  for (const d of list) {
+  for (const [i, d] of list.entries()) {
     const tags = [];
     if (d.note_ask) tags.push(h("span", { class: "tag ask" }, "note ask"));
     if (d.cut) tags.push(h("span", { class: "tag" }, `cut: ${d.cut.episodes ?? ""} episodes`));
-    const card = h("div", { class: "decision" },
-      h("div", { class: "decision-head" },
+    const card = h("details", { class: "decision", open: i < 3 },
+      h("summary", { class: "decision-head" },
         h("b", {}, `turn ${d.turn}`), ` · ${fmtTime(d.at)} · seq ${d.seq} · request ${d.request_tokens} of ${d.ceiling} tokens ` +
         `(fixed ${d.fixed}, history ${d.view_tokens} of a ${d.budget} budget, room ${d.room})`, ...tags),
       budgetBar(d),
@@ -403,8 +426,9 @@ function layout(nodes, links, W, H) {
       disp[b].x += (dx / d) * f; disp[b].y += (dy / d) * f;
     }
     for (let i = 0; i < n; i++) {
-      disp[i].x += (W / 2 - pos[i].x) * 0.02 * k / 10;
-      disp[i].y += (H / 2 - pos[i].y) * 0.02 * k / 10;
+      // Gravity towards the centre keeps separate components on the canvas, not in its corners.
+      disp[i].x += (W / 2 - pos[i].x) * 0.5;
+      disp[i].y += (H / 2 - pos[i].y) * 0.5;
       const d = Math.max(0.01, Math.hypot(disp[i].x, disp[i].y));
       pos[i].x = Math.min(W - 60, Math.max(60, pos[i].x + (disp[i].x / d) * Math.min(d, temp)));
       pos[i].y = Math.min(H - 24, Math.max(24, pos[i].y + (disp[i].y / d) * Math.min(d, temp)));
@@ -445,7 +469,7 @@ function renderGraph(data) {
     const p = pos[a], q = pos[b];
     let d;
     if (a === b) {
-      d = `M${p.x},${p.y} c 30,-40 60,-10 0,0`;
+      d = `M${p.x},${p.y} c ${28 + k * 10},${-36 - k * 12} ${56 + k * 14},${-6} 0,0`;
     } else {
       const off = (k % 2 ? 1 : -1) * Math.ceil(k / 2) * 22;
       const len = Math.max(1, Math.hypot(q.x - p.x, q.y - p.y));
@@ -673,14 +697,16 @@ async function clearFacts() {
 async function consolidate() {
   const out = await guarded(() => call("consolidate", scopeArgs()));
   if (!out) return;
+  const count = (v) => (Array.isArray(v) ? v.length : v ?? 0);
   const lines = [];
   for (const [owner, r] of Object.entries(out.owners || {})) {
     const distilled = (r.distilled || []).map((d) => `#${d.id} from ${(d.sources || []).map((x) => `#${x}`).join(", ")}`);
-    const pairs = r.pairs || {};
+    const pairs = r.pairs && typeof r.pairs === "object" ? r.pairs : {};
     const proc = r.procedures || {};
-    lines.push(`${owner || "ownerless"}: ${distilled.length ? `distilled ${distilled.join("; ")}` : "nothing distilled"}, ` +
-      `${r.joined ?? 0} joined, pairs judged ${pairs.pairs_judged ?? r.pairs_judged ?? 0}, remembered ${pairs.pairs_remembered ?? 0}, ` +
-      `deferred ${pairs.pairs_deferred ?? 0}; procedures found ${proc.found ?? 0}, updated ${proc.updated ?? 0}, replaced ${(proc.replaced || []).length}`);
+    lines.push(`${owner || "ownerless facts"}: ${distilled.length ? `distilled ${distilled.join("; ")}` : "nothing distilled"}; ` +
+      `${count(r.joined)} joined a semantic fact; pairs judged ${count(r.pairs_judged)}, remembered ${count(pairs.pairs_remembered)}, ` +
+      `deferred ${count(pairs.pairs_deferred)}; procedures found ${count(proc.found)}, updated ${count(proc.updated)}, ` +
+      `replaced ${count(proc.replaced)}${r.note ? ` (${r.note})` : ""}`);
   }
   showReport(["Consolidated.", ...(lines.length ? lines : ["No facts of yours to consolidate."])]);
   await Promise.all([loadFacts(), loadAudit()]);
