@@ -13,7 +13,7 @@ export RECALLD_MODEL_DIR ?= $(MODEL_DIR)
 export RECALLD_BENCH_DIR ?= $(abspath $(REPO)/../shared/bench)
 
 .PHONY: run test model build build-release test-rust test-python test-ts test-e2e venv py-client ts-client bench bench-engine sdk-py bench-kill
-.PHONY: test-bench bench-replay bench-load bench-tiers test-fuzz fuzz dist test-dist
+.PHONY: test-bench bench-replay bench-load bench-tiers test-fuzz fuzz dist test-dist test-ui
 
 run: model build-release
 	./target/release/recalld serve
@@ -28,7 +28,7 @@ build-release:
 model:
 	scripts/fetch-model.sh "$(MODEL_DIR)"
 
-test: model build test-rust test-bench test-python test-ts test-e2e test-fuzz test-dist
+test: model build test-rust test-bench test-python test-ts test-e2e test-ui test-fuzz test-dist
 	@echo "all suites passed"
 
 test-rust:
@@ -77,6 +77,12 @@ test-ts: build ts-client venv
 
 test-e2e: build py-client ts-client
 	RECALLD_BIN="$(REPO)/target/debug/recalld" $(PY) -m pytest -q tests
+
+# The web inspector (`recalld ui`) in headless Chromium over a real daemon with a replayed
+# LoCoMo conversation; keeps target/ui-screenshot.png. Installs Debian's chromium when missing
+# (as root; else prints SKIP). See scripts/test-ui.sh.
+test-ui: model build ts-client
+	RECALLD_BIN="$(REPO)/target/debug/recalld" scripts/test-ui.sh
 
 # What a host installs without a Rust toolchain, into DIST_DIR: the Debian package of the daemon
 # (scripts/dist-deb.sh: binary, system units, default config, the built-in model, the recalld
