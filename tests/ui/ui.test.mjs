@@ -178,6 +178,11 @@ test("the inspector shows a replayed conversation and an agent's memory in Chrom
   await page.waitForFunction(() => document.querySelector("#audit tbody tr td:nth-child(2)")?.textContent === "forget");
   await page.screenshot({ path: join(REPO, "target", "ui-screenshot-agent.png"), fullPage: true });
   lap("agent memory checked");
-
   assert.deepEqual(problems, [], "no errors in the page");
+
+  // The daemon gone (the browser logs the 502 itself, so after the check above): the page says so.
+  await daemon.stop();
+  await page.click("#reload-memories");
+  await page.waitForSelector("#banner:not([hidden])");
+  assert.match(await page.locator("#banner").innerText(), /daemon is not running/);
 });

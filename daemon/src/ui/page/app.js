@@ -609,7 +609,7 @@ async function loadFacts() {
       h("td", {}, h("input", { type: "checkbox", class: "pick", "data-id": f.id })),
       h("td", { class: "text-cell" }, h("a", { href: "#", onclick: (ev) => { ev.preventDefault(); observe(f.id); } }, f.text)),
       h("td", {}, f.tier), h("td", {}, f.kind), h("td", {}, fmtNum(importance, 2)), h("td", {}, f.uses ?? 0),
-      h("td", {}, f.last_used ? fmtTime(f.last_used) : "never"), h("td", {}, `${fmtNum(f.age_days, 1)} d`),
+      h("td", {}, f.last_used ? fmtTime(f.last_used) : "never"), h("td", { class: "nowrap" }, `${fmtNum(f.age_days, 1)} d`),
       h("td", {}, st),
       h("td", { class: "actions" },
         st === "archived" ? h("button", { class: "small", onclick: () => restore(f.id) }, "Restore") : null,
@@ -660,12 +660,14 @@ async function observe(id, editing = false) {
 }
 
 async function update(f, text, kind, importance) {
-  const args = scopeArgs({ id: f.id });
-  if (text !== f.text) args.text = text;
-  if (kind !== f.kind) args.kind = kind;
-  if (importance !== "") args.importance = Number(importance);
-  if (Object.keys(args).length === Object.keys(scopeArgs({ id: 0 })).length) return;
-  if (await guarded(() => call("update_memory", args))) await Promise.all([observe(f.id), loadFacts(), loadAudit()]);
+  const change = {};
+  if (text !== f.text) change.text = text;
+  if (kind !== f.kind) change.kind = kind;
+  if (importance !== "") change.importance = Number(importance);
+  if (!Object.keys(change).length) return;
+  if (await guarded(() => call("update_memory", scopeArgs({ id: f.id, ...change })))) {
+    await Promise.all([observe(f.id), loadFacts(), loadAudit()]);
+  }
 }
 
 async function restore(id) {
