@@ -125,7 +125,7 @@ function niceStep(span, count) {
 // The memory list
 
 async function loadMemories() {
-  const out = await guarded(() => call("memories"));
+  const [out, health] = await guarded(() => Promise.all([call("memories"), call("health")])) || [];
   if (!out) return;
   app.memories = out.memories || [];
   const list = clear($("memory-list"));
@@ -142,7 +142,7 @@ async function loadMemories() {
   for (const m of app.memories) if (m.agent) agents.set(m.agent, m.user || "");
   const options = clear($("agent-options"));
   for (const a of agents.keys()) options.append(h("option", { value: a }));
-  $("daemon").textContent = `${app.memories.length} memories`;
+  $("daemon").textContent = `recalld ${health.version} · up ${fmtNum(health.uptime_s / 60, 0)} min · ${app.memories.length} memories`;
 }
 
 async function pick(memory) {
