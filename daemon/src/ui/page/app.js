@@ -127,7 +127,7 @@ function niceStep(span, count) {
 async function loadMemories() {
   const [out, health] = await guarded(() => Promise.all([call("memories"), call("health")])) || [];
   if (!out) return;
-  app.memories = out.memories || [];
+  app.memories = (out.memories || []).sort((a, b) => (b.last_at || 0) - (a.last_at || 0));
   const list = clear($("memory-list"));
   if (!app.memories.length) list.append(h("li", { class: "muted" }, "No memories yet."));
   for (const m of app.memories) {
@@ -172,7 +172,7 @@ async function loadInspect() {
   $("memory-title").textContent = data.memory;
   const r = data.record || {};
   $("memory-summary").textContent =
-    `${r.turns ?? "?"} turns · ${r.messages ?? "?"} messages · ceiling ${r.ceiling ?? "default"} · ` +
+    `${r.turns ?? "?"} turns · ${r.messages ?? "?"} messages · ceiling ${r.ceiling ?? "?"}${r.ceiling_source === "default" ? " (default)" : ""} · ` +
     `${data.episodes.length} episodes${data.episodes_omitted ? ` (+${data.episodes_omitted} older not shown)` : ""} · ${data.facts.length} facts`;
   $("as-of").value = toLocalInput(data.at);
   renderLegend();
@@ -302,12 +302,15 @@ function renderCurves(data) {
 
 function renderLane(lane) {
   const el = $("lane");
+  const parked = lane && Array.isArray(lane.parked) ? lane.parked : [];
+  const parkedText = parked.length
+    ? ` Parked after failing: ${parked.map((j) => `${j.kind} (${j.attempts} tries${j.error ? `: ${j.error}` : ""})`).join("; ")}.` : "";
   if (!lane || !lane.depth) {
-    el.textContent = `Lane: idle${lane && lane.parked ? `, ${lane.parked.length ?? lane.parked} parked` : ""}.`;
+    el.textContent = `Lane: idle.${parkedText}`;
     return;
   }
   const kinds = (lane.jobs || []).map((j) => `${j.kind}${j.attempts ? ` (${j.attempts} tries)` : ""}`).join(", ");
-  el.textContent = `Lane: ${lane.depth} jobs waiting, the oldest ${fmtNum(lane.oldest_age_s, 0)} s: ${kinds}.`;
+  el.textContent = `Lane: ${lane.depth} jobs waiting, the oldest ${fmtNum(lane.oldest_age_s, 0)} s: ${kinds}.${parkedText}`;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -361,13 +364,15 @@ function renderDecisions(data) {
     const tags = [];
     if (d.note_ask) tags.push(h("span", { class: "tag ask" }, "note ask"));
     if (d.cut) tags.push(h("span", { class: "tag" }, `cut: ${d.cut.episodes ?? ""} episodes`));
+    if (d.sleep) tags.push(h("span", { class: "tag" }, "after a sleep"));
     const card = h("details", { class: "decision", open: i < 3 },
       h("summary", { class: "decision-head" },
-        h("b", {}, `turn ${d.turn}`), ` · ${fmtTime(d.at)} · seq ${d.seq} · request ${d.request_tokens} of ${d.ceiling} tokens ` +
+        h("b", {}, `turn ${d.turn}`), ` · ${fmtTime(d.at)}${d.seq !== null && d.seq !== undefined ? ` · seq ${d.seq}` : ""} · request ${d.request_tokens} of ${d.ceiling} tokens ` +
         `(fixed ${d.fixed}, history ${d.view_tokens} of a ${d.budget} budget, room ${d.room})`, ...tags),
       budgetBar(d),
       h("div", { class: "chip-row" },
-        chips("in view", d.in_view, "live"), chips("faded", d.faded, "faded"),
+        chips("in view", d.in_view, "live"), chips("started leaving", d.leaving, "leaving"),
+        chips("faded", d.faded, "faded"), chips("forgotten", d.forgotten, "forgotten"),
         chips("hidden for the ceiling", d.hidden_for_ceiling, "hidden"), chips("hidden for recall", d.hidden_for_recall, "hidden")));
     card.append(recallBlock(d.recall, factText));
     el.append(card);
@@ -528,12 +533,13 @@ async function showFact(f) {
   const out = await guarded(() => call("inspect", { memory: app.memory, at: app.at, turns: [f.first_turn, f.last_turn] }));
   clear(box);
   if (!out) return;
-  const messages = out.messages || [];
+  // Note calls are stored as messages of their own (hidden from the model); the turns' words are the rest.
+  const messages = (out.messages || []).filter((m) => !m.note);
   if (!messages.length) box.append(h("p", { class: "muted" }, "No stored messages in those turns."));
   for (const m of messages) {
     box.append(h("div", { class: `message ${m.role}${m.superseded ? " superseded" : ""}` },
-      h("div", { class: "message-head" }, `turn ${m.turn} · ${m.role} · seq ${m.seq}${m.superseded ? " · superseded" : ""}`),
-      h("div", { class: "message-text" }, m.text)));
+      h("div", { class: "message-head" }, `turn ${m.turn} · ${m.role} · seq ${m.seq}${m.episode !== null && m.episode !== undefined ? ` · ${epLabel(m.episode)}` : ""}${m.superseded ? " · superseded" : ""}`),
+      h("div", { class: "message-text" }, m.text + (m.truncated ? " …" : ""))));
   }
 }
 
