@@ -157,6 +157,22 @@ fn the_inspector_checks_host_token_and_op_and_forwards_to_the_daemon() {
         json!({"memory": "m1", "request": {"model": "m", "messages": [{"role": "user", "content": "hello there"}]}, "now": 1_767_225_600.0}),
     )
     .unwrap();
+    let listed = post(addr, &host, Some(TOKEN), "memories", "{}");
+    assert_eq!(listed.status, 200);
+    assert_eq!(
+        listed.json()["memories"][0]["memory"],
+        "m1",
+        "the caller's own memory, unqualified"
+    );
+    let inspected = post(
+        addr,
+        &host,
+        Some(TOKEN),
+        "inspect",
+        r#"{"memory": "m1", "turns": [1, 1]}"#,
+    );
+    assert_eq!(inspected.status, 200);
+    assert_eq!(inspected.json()["messages"][0]["text"], "hello there");
     let export = post(addr, &host, Some(TOKEN), "export", r#"{"memory": "m1"}"#);
     assert_eq!(export.status, 200);
     assert_eq!(export.json()["memory"], "m1");
