@@ -453,12 +453,13 @@ fn cold_start(daemon: &mut Daemon, agent: &mut Agent) -> Result<ColdStart, Strin
     let hello_ms = ms(spawned);
     let args = agent.decorate_args();
     let first_decorate_bytes = encoded_len("decorate", &args);
+    let asked = Instant::now();
     client
         .call("decorate", args)
         .map_err(|e| format!("decorate after restart: {e}"))?;
     Ok(ColdStart {
         hello_ms,
-        first_decorate_ms: ms(spawned),
+        first_decorate_ms: ms(asked),
         first_decorate_bytes,
         rss_kb_after: sampler::rss_kb(daemon.pid()),
     })

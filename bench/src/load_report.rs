@@ -86,7 +86,7 @@ pub struct Storage {
 pub struct ColdStart {
     /// From spawning the daemon on the existing data until `hello` answered.
     pub hello_ms: f64,
-    /// From spawning until the first `decorate` of an existing memory answered.
+    /// The first `decorate` of an existing memory after `hello` (its state not loaded yet).
     pub first_decorate_ms: f64,
     pub first_decorate_bytes: usize,
     pub rss_kb_after: Option<u64>,
@@ -273,7 +273,7 @@ impl LoadReport {
             (
                 "cold start on that data".into(),
                 format!(
-                    "hello {:.0} ms, first decorate of an existing memory {:.0} ms (RSS then {})",
+                    "hello {:.0} ms after the start, then the first decorate of an existing memory {:.0} ms (RSS then {})",
                     self.cold_start.hello_ms,
                     self.cold_start.first_decorate_ms,
                     mb(self.cold_start.rss_kb_after)
