@@ -1,7 +1,9 @@
 //! The engine keeps recently used memories' states between ops. That cache must be invisible:
 //! the same conversation run through one long-lived engine and through a new engine for every
 //! op (always loading from the store) stores exactly the same thing and returns the same
-//! requests.
+//! requests, whether the client resends its whole history or what the last request held (a
+//! state loads only what can be in view and the recent turns, and reads older history when an
+//! op needs it).
 
 use std::sync::Arc;
 
@@ -10,7 +12,7 @@ use recalld::store::{Store, StoreOptions};
 use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
 use serde_json::{json, Value};
 
-fn run(fresh_engine_per_op: bool) -> (Vec<Value>, Value) {
+fn run(fresh_engine_per_op: bool, turns: usize, resend_view: bool) -> (Vec<Value>, Value) {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
     let config = EngineConfig {
@@ -22,7 +24,7 @@ fn run(fresh_engine_per_op: bool) -> (Vec<Value>, Value) {
     let mut requests = Vec::new();
     let mut history = vec![json!({"role": "system", "content": "You are terse."})];
     let mut now = 1_700_000_000.0;
-    for turn in 0..14 {
+    for turn in 0..turns {
         history.push(json!({"role": "user", "content": format!("Turn {turn}: check order #{turn}00 and tell me its shipping status, carrier and tracking number please.")}));
         let e_decorate = if fresh_engine_per_op {
             fresh()
@@ -43,6 +45,11 @@ fn run(fresh_engine_per_op: bool) -> (Vec<Value>, Value) {
             })
             .unwrap();
         let asked = out.info["note_ask"] == true;
+        if resend_view {
+            // The next call starts from what this request held (our blocks are recognised
+            // and left out when it comes back).
+            history = out.request["messages"].as_array().unwrap().clone();
+        }
         requests.push(out.request);
         now += 20.0;
         let mut calls = vec![
@@ -75,8 +82,28 @@ fn run(fresh_engine_per_op: bool) -> (Vec<Value>, Value) {
 
 #[test]
 fn cached_states_behave_exactly_like_states_loaded_from_the_store() {
-    let (cached_requests, cached_export) = run(false);
-    let (fresh_requests, fresh_export) = run(true);
+    same_either_way(14, false);
+}
+
+/// Past the recent turns the budget measures, sealed history is no longer loaded with the state.
+#[test]
+fn a_client_resending_what_it_was_sent_aligns_on_the_loaded_history_alone() {
+    same_either_way(40, true);
+}
+
+#[test]
+fn a_client_resending_everything_from_the_start_aligns_on_the_whole_history() {
+    same_either_way(40, false);
+}
+
+fn same_either_way(turns: usize, resend_view: bool) {
+    let (cached_requests, cached_export) = run(false, turns, resend_view);
+    let (fresh_requests, fresh_export) = run(true, turns, resend_view);
+    // Every request lined up with what was stored: nothing superseded, nothing stored twice.
+    let messages = cached_export["messages"].as_array().unwrap();
+    assert!(messages.iter().all(|m| m["superseded_at"].is_null()));
+    let users = messages.iter().filter(|m| m["role"] == "user").count();
+    assert_eq!(users, turns);
     assert_eq!(cached_requests, fresh_requests);
     assert_eq!(cached_export, fresh_export);
     let states: Vec<&str> = cached_export["episodes"]

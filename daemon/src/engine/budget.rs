@@ -12,7 +12,7 @@ use crate::formats::Role;
 pub const DEFAULT_TURN: u64 = 1_000;
 /// A typical reply before the memory has any of its own.
 pub const DEFAULT_REPLY: u64 = 2_000;
-const TURNS_FOR_TYPICAL: usize = 20;
+pub(super) const TURNS_FOR_TYPICAL: usize = 20;
 const TURNS_FOR_TOOL_BATCH: usize = 5;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -136,7 +136,11 @@ impl Engine {
             // It writes the agent's scope as well as the memory: its own snapshot and apply.
             return self.run_handoff(memory, &job);
         }
-        let snapshot = self.peek(memory, |st| self.snapshot(st, &job.job))?;
+        let snapshot = self.peek_from(
+            memory,
+            |st| older_needed(st, &job.job, &self.config),
+            |st| self.snapshot(st, &job.job),
+        )?;
         let started = std::time::Instant::now();
         let judged = self.judge_snapshot(memory, snapshot);
         let c = &self.lane_counters;
@@ -204,7 +208,11 @@ impl Engine {
                     return Ok(true);
                 }
             }
-            Judged::Distilled { seq, keep } => distill::apply(&mut st, seq, &keep),
+            Judged::Distilled { seq, keep } => {
+                // The block's message is resized with it, wherever it lies.
+                self.store.read(|r| st.load_messages_from(r, seq))?;
+                distill::apply(&mut st, seq, &keep)
+            }
             Judged::Failed(_) | Judged::Nothing => {}
         }
         if job.job == JobKind::Cut {
@@ -551,6 +559,29 @@ fn episodes_to_judge(words: &BTreeSet<String>, own: &BTreeSet<u64>, pool: &[(u64
         .take(EPISODES_PER_FACT.max(own.len()))
         .map(|(_, _, e)| e)
         .collect()
+}
+
+/// The first seq of the older messages (not loaded with the state) a job reads: the episodes
+/// a fact is judged against, the sealed episodes cut into passages, the conversation from a
+/// recall block on.
+fn older_needed(st: &State, job: &JobKind, config: &super::EngineConfig) -> Option<u64> {
+    match job {
+        JobKind::ScoreFacts { .. } => st
+            .episodes
+            .iter()
+            .rev()
+            .filter(|e| e.state != EpisodeState::Forgotten)
+            .take(config.max_episodes_judged)
+            .last()
+            .map(|e| e.first_seq),
+        JobKind::Index => st
+            .episodes
+            .iter()
+            .find(|e| matches!(e.state, EpisodeState::Sealed | EpisodeState::Forgotten) && !e.passaged)
+            .map(|e| e.first_seq),
+        JobKind::Distill { seq } => Some(*seq),
+        _ => None,
+    }
 }
 
 /// The passages an episode is judged by: its units' texts as the boundary judge read them

@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex};
 pub(crate) use notes::parse_date;
 pub use passages::date;
 
-use recalld_protocol::ops::{DecorateArgs, DecorateReply, ReportArgs, ReportReply};
+use recalld_protocol::ops::{DecorateArgs, DecorateReply, HistoryMode, ReportArgs, ReportReply};
 use recalld_protocol::{ErrorBody, ErrorCode};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -300,10 +300,19 @@ impl Engine {
 
     /// Reads from the memory's state under its lock without changing it (a lane job copies
     /// what it will judge): the cached state, else loaded once and then kept.
-    fn peek<T>(&self, memory: &str, f: impl FnOnce(&State) -> T) -> Result<T, EngineError> {
+    /// `from` names (a seq) the older messages to read first, beyond what a state loads.
+    fn peek_from<T>(
+        &self,
+        memory: &str,
+        from: impl FnOnce(&State) -> Option<u64>,
+        f: impl FnOnce(&State) -> T,
+    ) -> Result<T, EngineError> {
         let lock = self.lock(memory);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-        let st = self.take_state(memory, 0.0)?;
+        let mut st = self.take_state(memory, 0.0)?;
+        if let Some(seq) = from(&st) {
+            self.store.read(|r| st.load_messages_from(r, seq))?;
+        }
         let out = f(&st);
         if st.existed {
             self.keep(st);
@@ -312,7 +321,8 @@ impl Engine {
     }
 
     /// Puts a state equal to what the store holds back in the cache (under the memory's lock).
-    fn keep(&self, st: State) {
+    fn keep(&self, mut st: State) {
+        st.trim();
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         let id = st.memory.id.clone();
         cache.order.push_back(id.clone());
@@ -369,10 +379,24 @@ impl Engine {
         remember_instructions(&mut st, &parsed.instructions, now);
         let (incoming, notes) = self.clean_incoming(&parsed.history, &self.offered_scope_tools(&st));
         let previous_user_at = st.memory.last_user_at;
-        let (stored_seqs, stored_fp): (Vec<u64>, Vec<u64>) = st.history().map(|m| (m.seq, m.fingerprint)).unzip();
-        let plan = ingest::plan(st.existed, &stored_fp, &incoming, args.history);
-        let kept = plan.supersede_from.unwrap_or(stored_seqs.len());
-        pairing::check_tool_outputs(st.history().take(kept), &plan.new, &parsed)?;
+        // Notes sent back in a request are checked against every note call taken so far.
+        if !notes.is_empty() && !st.whole() {
+            self.store.read(|r| st.load_whole(r))?;
+        }
+        let (mut stored_seqs, mut plan) = align(&st, &incoming, args.history);
+        // Aligned against the loaded history (what is in view and the recent turns), a request
+        // that does not simply extend it may start earlier (a client resending everything) or
+        // edit older history: align again with the whole history.
+        let mut kept = plan.supersede_from.unwrap_or(stored_seqs.len());
+        let paired = pairing::check_tool_outputs(st.history().take(kept), &plan.new, &parsed);
+        if (plan.aligned != "extends" || paired.is_err()) && args.history != HistoryMode::Delta && !st.whole() {
+            self.store.read(|r| st.load_whole(r))?;
+            (stored_seqs, plan) = align(&st, &incoming, args.history);
+            kept = plan.supersede_from.unwrap_or(stored_seqs.len());
+            pairing::check_tool_outputs(st.history().take(kept), &plan.new, &parsed)?;
+        } else {
+            paired?;
+        }
         if let Some(from) = plan.supersede_from {
             for &seq in &stored_seqs[from..] {
                 st.message_mut(seq).superseded_at = Some(now);
@@ -830,7 +854,11 @@ impl Engine {
 
     /// Everything stored for a memory: messages, episodes, traces, facts.
     pub fn export(&self, memory: &str) -> Result<Value, EngineError> {
-        let st = self.store.read(|r| State::load(r, memory, 0.0))?;
+        let st = self.store.read(|r| {
+            let mut st = State::load(r, memory, 0.0)?;
+            st.load_messages_from(r, 0)?;
+            Ok(st)
+        })?;
         if !st.existed {
             return Err(EngineError::NotFound(format!("no memory {memory:?}")));
         }
@@ -929,4 +957,12 @@ impl Engine {
             "recall_embeddings_dropped": self.query_embedder.as_ref().map(|q| q.dropped()),
         }))
     }
+}
+
+/// The request's history lined up with the stored history the state holds: the stored seqs
+/// and the plan.
+fn align(st: &State, incoming: &[crate::formats::Message], mode: HistoryMode) -> (Vec<u64>, ingest::Plan) {
+    let (seqs, fingerprints): (Vec<u64>, Vec<u64>) = st.history().map(|m| (m.seq, m.fingerprint)).unzip();
+    let plan = ingest::plan(st.existed, &fingerprints, incoming, mode);
+    (seqs, plan)
 }

@@ -12,8 +12,16 @@ use crate::store::{keys, Reader, StoreError, Table, Writer};
 #[derive(Clone)]
 pub struct State {
     pub memory: MemoryRecord,
-    /// Every stored message, superseded and note calls included, in seq order.
+    /// Stored messages from seq `loaded_from` on, superseded and note calls included, in seq
+    /// order. Older ones belong to sealed or forgotten episodes (which never come back into
+    /// view) before the recent turns: they stay in the store and are read when an op needs
+    /// them ([`State::load_messages_from`]), so loading a memory costs what is in view, not
+    /// everything it ever stored.
     pub messages: Vec<StoredMessage>,
+    loaded_from: u64,
+    /// Set when an op needed the whole history (a client resending it from the start): the
+    /// cached state then keeps every message instead of reading them again at each op.
+    keep_whole: bool,
     pub episodes: Vec<Episode>,
     pub facts: Vec<Fact>,
     pub traces: Vec<Trace>,
@@ -68,9 +76,23 @@ impl State {
                 Ok(true)
             },
         )?;
+        let memory_record = record.unwrap_or_else(|| MemoryRecord::new(memory, now));
+        let loaded_from = horizon(&episodes, memory_record.turn);
+        let mut messages = Vec::new();
+        r.visit(
+            Table::Messages,
+            &prefix,
+            &keys::seq(memory, loaded_from),
+            |_, m: StoredMessage| {
+                messages.push(m);
+                Ok(true)
+            },
+        )?;
         Ok(State {
-            memory: record.unwrap_or_else(|| MemoryRecord::new(memory, now)),
-            messages: r.scan(Table::Messages, &prefix)?,
+            memory: memory_record,
+            messages,
+            loaded_from,
+            keep_whole: false,
             episodes,
             facts: r.scan(Table::Facts, &prefix)?,
             traces,
@@ -232,6 +254,63 @@ impl State {
         self.done_jobs.push(n);
     }
 
+    /// Reads the stored messages from `seq` on that are not loaded yet (older history an op
+    /// needs: an export, a lane job judging or cutting sealed episodes, a handoff).
+    pub fn load_messages_from(&mut self, r: &Reader<'_>, seq: u64) -> Result<(), StoreError> {
+        if seq >= self.loaded_from {
+            return Ok(());
+        }
+        let until = self.loaded_from;
+        let mut older = Vec::new();
+        r.visit(
+            Table::Messages,
+            &keys::memory_prefix(&self.memory.id),
+            &keys::seq(&self.memory.id, seq),
+            |_, m: StoredMessage| {
+                if m.seq >= until {
+                    return Ok(false);
+                }
+                older.push(m);
+                Ok(true)
+            },
+        )?;
+        older.append(&mut self.messages);
+        self.messages = older;
+        self.loaded_from = seq;
+        Ok(())
+    }
+
+    /// Every message is loaded, and stays so while the state is cached.
+    pub fn load_whole(&mut self, r: &Reader<'_>) -> Result<(), StoreError> {
+        self.keep_whole = true;
+        self.load_messages_from(r, 0)
+    }
+
+    pub fn whole(&self) -> bool {
+        self.loaded_from == 0
+    }
+
+    /// Before the state is cached: drops the messages an op read beyond what is in view and
+    /// the recent turns (they equal the store's; nothing unsaved is dropped).
+    pub fn trim(&mut self) {
+        if self.keep_whole {
+            return;
+        }
+        let from = horizon(&self.episodes, self.memory.turn);
+        if from <= self.loaded_from {
+            return;
+        }
+        let cut = self.messages.partition_point(|m| m.seq < from);
+        if self.messages[..cut]
+            .iter()
+            .any(|m| self.dirty_messages.contains(&m.seq))
+        {
+            return;
+        }
+        self.messages.drain(..cut);
+        self.loaded_from = from;
+    }
+
     fn message_index(&self, seq: u64) -> Option<usize> {
         self.messages.binary_search_by_key(&seq, |m| m.seq).ok()
     }
@@ -378,6 +457,19 @@ impl State {
 }
 
 /// Unix seconds by the wall clock (job ages are real time, whatever `now` the ops inject).
+/// The first seq an op on the memory reads by default: the earliest of what can be in view
+/// (a live or leaving episode, history not cut yet) and the recent turns the budget measures.
+/// Sealed and forgotten episodes never return to view, so what lies before is only read when
+/// asked for.
+fn horizon(episodes: &[Episode], turn: u64) -> u64 {
+    let uncut = episodes.last().map_or(0, |e| e.last_seq + 1);
+    let recent_turns = turn.saturating_sub(super::budget::TURNS_FOR_TYPICAL as u64 + 1);
+    episodes
+        .iter()
+        .find(|e| matches!(e.state, EpisodeState::Live | EpisodeState::Leaving) || e.last_turn >= recent_turns)
+        .map_or(uncut, |e| e.first_seq.min(uncut))
+}
+
 pub fn wall_clock() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -501,4 +593,94 @@ pub fn fail_job(w: &mut Writer<'_>, memory: &str, n: u64, error: &str) -> Result
         w.put(Table::Jobs, &key, &job)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::records::Source;
+    use crate::formats::{Format, Message, Role};
+    use crate::store::{Store, StoreOptions};
+
+    /// 60 turns (a user message and a reply each); turns 1–40 in sealed episodes, 41–50 in
+    /// live ones, 51–60 not cut yet.
+    fn sixty_turns(st: &mut State) {
+        for turn in 1..=60u64 {
+            for role in [Role::User, Role::Assistant] {
+                let m = StoredMessage::new(
+                    &st.memory,
+                    Message::new(Format::ChatCompletions, role, &format!("turn {turn}")),
+                    turn as f64,
+                    Source::Request,
+                );
+                if role == Role::User {
+                    st.memory.turn = m.turn;
+                }
+                st.push_message(m);
+            }
+        }
+        for k in 0..25u64 {
+            st.push_episode(Episode {
+                n: 0,
+                first_seq: 4 * k,
+                last_seq: 4 * k + 3,
+                first_turn: 2 * k + 1,
+                last_turn: 2 * k + 2,
+                at: 0.0,
+                tokens: 10,
+                state: if k < 20 {
+                    EpisodeState::Sealed
+                } else {
+                    EpisodeState::Live
+                },
+                acknowledged: k < 20,
+                facts: Vec::new(),
+                changed_at: 0.0,
+                passaged: false,
+            });
+        }
+    }
+
+    #[test]
+    fn a_loaded_state_holds_what_can_be_in_view_and_the_recent_turns_and_reads_the_rest_on_demand() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
+        sixty_turns(&mut st);
+        store.write(|w| st.save(w)).unwrap();
+
+        let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
+        // The live episodes start at turn 41 (seq 80); the 21 turns the budget measures reach
+        // back into the sealed episode of turns 39–40 (seq 76).
+        assert_eq!(st.messages.first().map(|m| m.seq), Some(76));
+        assert_eq!(st.messages.len(), 120 - 76);
+        assert!(!st.whole());
+
+        store.read(|r| st.load_messages_from(r, 10)).unwrap();
+        assert_eq!(st.messages.len(), 110);
+        assert!(st.messages.windows(2).all(|w| w[0].seq + 1 == w[1].seq));
+        // Cached again, it keeps only what a load would read.
+        st.trim();
+        assert_eq!(st.messages.first().map(|m| m.seq), Some(76));
+
+        // A state that needed everything (a client resending its whole history) keeps it.
+        store.read(|r| st.load_whole(r)).unwrap();
+        st.trim();
+        assert_eq!(st.messages.len(), 120);
+        assert!(st.whole());
+    }
+
+    #[test]
+    fn trimming_never_drops_a_message_not_saved_yet() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
+        sixty_turns(&mut st);
+        st.trim();
+        assert_eq!(st.messages.len(), 120);
+        store.write(|w| st.save(w)).unwrap();
+        st.mark_saved();
+        st.trim();
+        assert_eq!(st.messages.len(), 120 - 76);
+    }
 }

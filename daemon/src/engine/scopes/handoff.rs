@@ -72,35 +72,39 @@ impl Engine {
             scopes.remember_tool.as_str(),
             scopes.recall_tool.as_str(),
         ];
-        let snap = self.peek(memory, |st| {
-            let agent = st.memory.agent.clone()?;
-            let mark = st.memory.handed_off;
-            let (transcript, transcript_from) = unnoted_transcript(st);
-            Some(Snapshot {
-                agent,
-                user: st.memory.user.clone(),
-                facts: st
-                    .facts
-                    .iter()
-                    .filter(|f| f.n >= mark && f.is_active())
-                    .cloned()
-                    .collect(),
-                shown: st
-                    .recalls
-                    .values()
-                    .filter_map(|b| b.across.as_ref())
-                    .flat_map(|a| a.items.iter().map(|i| i.n))
-                    .collect::<std::collections::BTreeSet<_>>()
-                    .into_iter()
-                    .collect(),
-                next_fact: st.memory.next_fact,
-                transcript,
-                transcript_from,
-                transcript_at: st.history().last().map(|m| m.at),
-                next_seq: st.memory.next_seq,
-                routines: procedures::routines_of(st, st.memory.extracted_to, &ours),
-            })
-        })?;
+        let snap = self.peek_from(
+            memory,
+            |st| Some(st.memory.extracted_to),
+            |st| {
+                let agent = st.memory.agent.clone()?;
+                let mark = st.memory.handed_off;
+                let (transcript, transcript_from) = unnoted_transcript(st);
+                Some(Snapshot {
+                    agent,
+                    user: st.memory.user.clone(),
+                    facts: st
+                        .facts
+                        .iter()
+                        .filter(|f| f.n >= mark && f.is_active())
+                        .cloned()
+                        .collect(),
+                    shown: st
+                        .recalls
+                        .values()
+                        .filter_map(|b| b.across.as_ref())
+                        .flat_map(|a| a.items.iter().map(|i| i.n))
+                        .collect::<std::collections::BTreeSet<_>>()
+                        .into_iter()
+                        .collect(),
+                    next_fact: st.memory.next_fact,
+                    transcript,
+                    transcript_from,
+                    transcript_at: st.history().last().map(|m| m.at),
+                    next_seq: st.memory.next_seq,
+                    routines: procedures::routines_of(st, st.memory.extracted_to, &ours),
+                })
+            },
+        )?;
         // The working notes this conversation saved while those turns went on are read with
         // them (seed 002: the working tier is read alongside the transcript).
         let mut snap = snap;
