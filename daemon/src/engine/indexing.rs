@@ -19,9 +19,9 @@ use crate::store::{keys, Table};
 const PASSAGES_PER_JOB: usize = 256;
 
 /// The passages of sealed episodes not cut yet, numbered from the memory's next passage, with
-/// the text each is embedded from: a passage that is one whole unit is embedded from the text
-/// the unit-scoring job embedded when the unit closed ([`cut::unit_text`]), so the embedding
-/// cache answers it (agent turns are mostly one large unit each); a passage of several units
+/// the text each is embedded from: a passage that is one whole tool step is embedded from the
+/// text the unit-scoring job embedded when the unit closed ([`cut::unit_text`]), so the
+/// embedding cache answers it (agent turns are mostly one large step each); any other passage
 /// from its own text.
 pub(super) fn passage_drafts(st: &State, passage_tokens: u64) -> (Vec<Passage>, Vec<String>) {
     let mut next = st.memory.next_passage;
@@ -52,9 +52,12 @@ pub(super) fn passage_drafts(st: &State, passage_tokens: u64) -> (Vec<Passage>, 
     (out, texts)
 }
 
-/// The text passage `p` is embedded from, given its history messages (see [`passage_drafts`]).
+/// The text passage `p` is embedded from, given its history messages (see [`passage_drafts`]):
+/// a tool step (one unit of several messages) from the text unit scoring embedded, so the
+/// embedding cache answers it; a message alone as the excerpt shows it, with its speaker (from
+/// the unit's text, LoCoMo's evidence availability at 4k fell from 0.844 to 0.839).
 pub(super) fn embedding_text(p: &Passage, messages: &[&StoredMessage]) -> String {
-    if units::units(messages).len() == 1 {
+    if messages.len() > 1 && units::units(messages).len() == 1 {
         cut::unit_text(messages)
     } else {
         p.text.clone()
@@ -341,17 +344,19 @@ mod tests {
     }
 
     #[test]
-    fn a_passage_of_one_unit_is_embedded_from_the_units_scored_text_and_one_of_several_from_its_own() {
+    fn a_tool_step_is_embedded_from_the_units_scored_text_and_a_message_alone_from_its_excerpt() {
         let mut mem = MemoryRecord::new("m", 0.0);
         let long = "the build log repeats itself ".repeat(40);
         let ms = [
             msg(&mut mem, Role::User, "hi"),
             msg(&mut mem, Role::Assistant, "hello"),
             msg(&mut mem, Role::User, &long),
+            msg(&mut mem, Role::Assistant, &long),
+            msg(&mut mem, Role::Tool, &long),
         ];
         let refs: Vec<&StoredMessage> = ms.iter().collect();
         let ps = passages_of(0, &refs, 0, 160);
-        assert_eq!(ps.len(), 2, "the long message is a passage of its own");
+        assert_eq!(ps.len(), 3, "the long message and the tool step are passages of their own");
         let of = |p: &Passage| -> Vec<&StoredMessage> {
             refs.iter()
                 .copied()
@@ -365,9 +370,14 @@ mod tests {
         );
         assert_eq!(
             embedding_text(&ps[1], &of(&ps[1])),
-            cut::unit_text(&of(&ps[1])),
-            "one unit: what scoring embedded"
+            ps[1].text,
+            "a message alone: the passage's text, with its speaker"
         );
-        assert_ne!(cut::unit_text(&of(&ps[1])), ps[1].text);
+        assert_eq!(
+            embedding_text(&ps[2], &of(&ps[2])),
+            cut::unit_text(&of(&ps[2])),
+            "a tool step: what scoring embedded"
+        );
+        assert_ne!(cut::unit_text(&of(&ps[2])), ps[2].text);
     }
 }
