@@ -683,4 +683,84 @@ mod tests {
         st.trim();
         assert_eq!(st.messages.len(), 120 - 76);
     }
+
+    /// What loading costs at 100k stored messages (not a test; in release):
+    /// `cargo test --release -p recalld --lib load_at_scale -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn load_at_scale() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
+        let n = 100_000u64;
+        for i in 0..n {
+            let role = if i % 2 == 0 { Role::User } else { Role::Assistant };
+            let text = format!(
+                "message {i}: {}",
+                "the customer asked about the refund of booking ".repeat(8)
+            );
+            let m = StoredMessage::new(
+                &st.memory,
+                Message::new(Format::ChatCompletions, role, &text),
+                i as f64,
+                Source::Request,
+            );
+            if role == Role::User {
+                st.memory.turn = m.turn;
+            }
+            st.push_message(m);
+            // Episodes of 10 messages, all sealed but the last 20.
+            if i % 10 == 9 {
+                let k = i / 10;
+                st.push_episode(Episode {
+                    n: 0,
+                    first_seq: i - 9,
+                    last_seq: i,
+                    first_turn: (i - 9) / 2 + 1,
+                    last_turn: i / 2 + 1,
+                    at: i as f64,
+                    tokens: 900,
+                    state: if k + 20 < n / 10 {
+                        EpisodeState::Sealed
+                    } else {
+                        EpisodeState::Live
+                    },
+                    acknowledged: true,
+                    facts: Vec::new(),
+                    changed_at: 0.0,
+                    passaged: true,
+                });
+            }
+            if i % 10_000 == 9_999 {
+                store.write(|w| st.save(w)).unwrap();
+                st.mark_saved();
+            }
+        }
+        let time = |f: &dyn Fn() -> usize| {
+            let mut ms: Vec<f64> = (0..5)
+                .map(|_| {
+                    let t = std::time::Instant::now();
+                    std::hint::black_box(f());
+                    t.elapsed().as_secs_f64() * 1e3
+                })
+                .collect();
+            ms.sort_by(f64::total_cmp);
+            ms[2]
+        };
+        let horizon = time(&|| store.read(|r| State::load(r, "m", 0.0)).unwrap().messages.len());
+        let whole = time(&|| {
+            store
+                .read(|r| {
+                    let mut st = State::load(r, "m", 0.0)?;
+                    st.load_whole(r)?;
+                    Ok(st)
+                })
+                .unwrap()
+                .messages
+                .len()
+        });
+        println!(
+            "{n} messages: a load from the horizon {horizon:.1} ms, the whole history {whole:.1} ms (medians of 5)"
+        );
+    }
 }

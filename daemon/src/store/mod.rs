@@ -20,7 +20,9 @@ use serde::Serialize;
 /// 2: values of [`COMPRESS_FROM`] bytes or more may be stored compressed ([`encode`]). A
 /// version-1 store is read as it is and marked 2 when opened (an older recalld then refuses it
 /// instead of failing on its first compressed value).
-pub const SCHEMA_VERSION: u32 = 2;
+/// 3: the per-memory `decisions` table (an older recalld would leave its entries behind when
+/// it forgets a memory). Older stores are read as they are and marked 3.
+pub const SCHEMA_VERSION: u32 = 3;
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
 /// Named tables. Keys are built by [`keys`]; values are MessagePack maps.
@@ -986,7 +988,7 @@ mod tests {
     }
 
     #[test]
-    fn a_version_1_store_is_read_as_it_is_and_marked_2() {
+    fn a_version_1_store_is_read_as_it_is_and_marked_current() {
         let dir = tempfile::tempdir().unwrap();
         let large = Row {
             n: 1,
@@ -1014,7 +1016,7 @@ mod tests {
         }
         let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
         let version: Option<u32> = store.read(|r| r.get(Table::Meta, SCHEMA_KEY)).unwrap();
-        assert_eq!(version, Some(2));
+        assert_eq!(version, Some(SCHEMA_VERSION));
         let back: Option<Row> = store.read(|r| r.get(Table::Memories, &keys::memory("old"))).unwrap();
         assert_eq!(back, Some(large));
     }
