@@ -116,7 +116,7 @@ fn a_tiny_load_run_reports_sane_figures() {
     assert!(r.note_asks > 0, "a 600-token ceiling makes episodes leave");
     assert!(!r.lanes.samples.is_empty());
     assert!(r.rss_max_kb.is_some_and(|kb| kb > 0));
-    assert!(r.cold_start.hello_ms > 0.0 && r.cold_start.first_decorate_ms >= r.cold_start.hello_ms);
+    assert!(r.cold_start.hello_ms > 0.0 && r.cold_start.first_decorate_ms > 0.0);
     // The built-in models: no call leaves the machine.
     assert_eq!(r.cost.external_calls, 0);
     assert_eq!(r.cost.provider, "built-in");
