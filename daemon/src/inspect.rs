@@ -144,14 +144,7 @@ fn episodes(out: &mut Out, r: &Value) {
     if omitted > 0 {
         counts.push(format!("{omitted} older not fetched"));
     }
-    out.line(format!(
-        "EPISODES  ({})",
-        if counts.is_empty() {
-            "none".into()
-        } else {
-            counts.join(", ")
-        }
-    ));
+    heading(out, "EPISODES", &counts);
     if list.is_empty() {
         return;
     }
@@ -197,6 +190,16 @@ fn episodes(out: &mut Out, r: &Value) {
     }
 }
 
+/// A section's title with what it holds by kind ("none" when empty).
+fn heading(out: &mut Out, title: &str, counts: &[String]) {
+    let held = if counts.is_empty() {
+        "none".to_owned()
+    } else {
+        counts.join(", ")
+    };
+    out.line(format!("{title}  ({held})"));
+}
+
 fn facts(out: &mut Out, r: &Value) {
     let list = arr(&r["facts"]);
     out.blank();
@@ -207,14 +210,7 @@ fn facts(out: &mut Out, r: &Value) {
             counts.push(format!("{n} {state}"));
         }
     }
-    out.line(format!(
-        "FACTS  ({})",
-        if counts.is_empty() {
-            "none".into()
-        } else {
-            counts.join(", ")
-        }
-    ));
+    heading(out, "FACTS", &counts);
     if list.is_empty() {
         return;
     }
