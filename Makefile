@@ -1,7 +1,8 @@
 # recalld — the two commands a newcomer runs:
 #   make run    build the daemon and run it in the foreground on its embedded defaults
 #   make test   build everything and run every test suite (Rust, Python, TypeScript, end to end,
-#               a short fuzzing run, and what `make dist` builds installed as a host would)
+#               the web inspector in headless Chromium, a short fuzzing run, and what `make dist`
+#               builds installed as a host would)
 # Each installs what it needs by itself (crates, the built-in model, maturin in .venv, npm packages).
 
 SHELL := /bin/bash
