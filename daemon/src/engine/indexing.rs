@@ -356,7 +356,11 @@ mod tests {
         ];
         let refs: Vec<&StoredMessage> = ms.iter().collect();
         let ps = passages_of(0, &refs, 0, 160);
-        assert_eq!(ps.len(), 3, "the long message and the tool step are passages of their own");
+        assert_eq!(
+            ps.len(),
+            3,
+            "the long message and the tool step are passages of their own"
+        );
         let of = |p: &Passage| -> Vec<&StoredMessage> {
             refs.iter()
                 .copied()
