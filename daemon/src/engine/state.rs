@@ -609,7 +609,7 @@ mod tests {
             for role in [Role::User, Role::Assistant] {
                 let m = StoredMessage::new(
                     &st.memory,
-                    Message::new(Format::ChatCompletions, role, &format!("turn {turn}")),
+                    Message::new(Format::ChatCompletions, role, format!("turn {turn}")),
                     turn as f64,
                     Source::Request,
                 );
