@@ -246,6 +246,7 @@ fn message(m: &Value, i: usize) -> Result<StoredMessage, EngineError> {
         superseded_at: m.get("superseded_at").and_then(Value::as_f64),
         note: m.get("note").and_then(Value::as_bool).unwrap_or(false),
         message,
+        chain: None,
     })
 }
 

@@ -382,14 +382,27 @@ impl Engine {
         // Notes sent back in a request are checked against every note call taken so far.
         if !notes.is_empty() && !st.whole() {
             self.store.read(|r| st.load_whole(r))?;
+            st.keep_whole();
         }
         let (mut stored_seqs, mut plan) = align(&st, &incoming, args.history);
         // Aligned against the loaded history (what is in view and the recent turns), a request
-        // that does not simply extend it may start earlier (a client resending everything) or
-        // edit older history: align again with the whole history.
+        // that does not simply extend it may start earlier: a client resending everything from
+        // the first message is lined up by the chain of the first loaded message; anything else
+        // (an edit of older history) is aligned again with the whole history.
+        let full = args.history != HistoryMode::Delta && !st.whole();
+        if full && plan.aligned != "extends" {
+            let fingerprints: Vec<u64> = incoming.iter().map(formats::Message::fingerprint).collect();
+            if let Some(from) = st.resent_through(&fingerprints) {
+                plan = ingest::Plan {
+                    supersede_from: None,
+                    new: incoming[from..].to_vec(),
+                    aligned: "extends",
+                };
+            }
+        }
         let mut kept = plan.supersede_from.unwrap_or(stored_seqs.len());
         let paired = pairing::check_tool_outputs(st.history().take(kept), &plan.new, &parsed);
-        if (plan.aligned != "extends" || paired.is_err()) && args.history != HistoryMode::Delta && !st.whole() {
+        if (plan.aligned != "extends" || paired.is_err()) && full {
             self.store.read(|r| st.load_whole(r))?;
             (stored_seqs, plan) = align(&st, &incoming, args.history);
             kept = plan.supersede_from.unwrap_or(stored_seqs.len());

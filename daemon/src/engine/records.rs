@@ -152,6 +152,29 @@ pub struct StoredMessage {
     #[serde(default)]
     pub note: bool,
     pub message: Message,
+    /// For a message in the history: its position there and a hash of the fingerprints of
+    /// the history up to it, so a resent history can be lined up without reading what is
+    /// older (see `State::prefix_matches`). Absent on messages stored before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<Chain>,
+}
+
+/// A message's place in the history and the hash of the history's fingerprints up to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Chain {
+    pub at: u64,
+    pub hash: u64,
+}
+
+impl Chain {
+    /// The chain of the message after `previous` (None: the first) with fingerprint `fp`.
+    pub fn next(previous: Option<Chain>, fp: u64) -> Chain {
+        let (at, h) = previous.map_or((0, 0x243F_6A88_85A3_08D3), |c| (c.at + 1, c.hash));
+        Chain {
+            at,
+            hash: (h.rotate_left(23) ^ fp).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        }
+    }
 }
 
 impl StoredMessage {
@@ -172,6 +195,7 @@ impl StoredMessage {
             superseded_at: None,
             note: false,
             message,
+            chain: None,
         }
     }
 

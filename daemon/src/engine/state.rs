@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::records::{
-    Entity, Episode, EpisodeState, Fact, Job, JobKind, MemoryRecord, Passage, RecallBlock, StoredMessage, Trace,
+    Chain, Entity, Episode, EpisodeState, Fact, Job, JobKind, MemoryRecord, Passage, RecallBlock, StoredMessage, Trace,
     TraceKind, UnitScore, VectorKind, VectorRecord,
 };
 use crate::store::{keys, Reader, StoreError, Table, Writer};
@@ -280,10 +280,47 @@ impl State {
         Ok(())
     }
 
-    /// Every message is loaded, and stays so while the state is cached.
+    /// Every message is loaded (and the history's chains written where they are missing).
     pub fn load_whole(&mut self, r: &Reader<'_>) -> Result<(), StoreError> {
+        self.load_messages_from(r, 0)?;
+        let mut previous = None;
+        for m in self.messages.iter_mut().filter(|m| m.in_history()) {
+            let chain = Chain::next(previous, m.fingerprint);
+            if m.chain != Some(chain) {
+                m.chain = Some(chain);
+                self.dirty_messages.insert(m.seq);
+            }
+            previous = Some(chain);
+        }
+        Ok(())
+    }
+
+    /// The cached state keeps every message (its client sends note calls back, checked
+    /// against every note taken).
+    pub fn keep_whole(&mut self) {
         self.keep_whole = true;
-        self.load_messages_from(r, 0)
+    }
+
+    /// For a request resending the history from its first message: where its new messages
+    /// begin, when everything before is the stored history. What is not loaded is checked by
+    /// the chain of the first loaded history message (a hash of every fingerprint before it),
+    /// the rest message by message. None when it cannot tell.
+    pub fn resent_through(&self, incoming: &[u64]) -> Option<usize> {
+        let first = self.history().next()?.chain?;
+        let p = first.at as usize;
+        if incoming.len() <= p {
+            return None;
+        }
+        let mut chain = None;
+        for &fp in &incoming[..=p] {
+            chain = Some(Chain::next(chain, fp));
+        }
+        if chain != Some(first) {
+            return None;
+        }
+        let loaded: Vec<u64> = self.history().map(|m| m.fingerprint).collect();
+        let rest = &incoming[p..];
+        (rest.len() >= loaded.len() && rest[..loaded.len()] == loaded[..]).then_some(p + loaded.len())
     }
 
     pub fn whole(&self) -> bool {
@@ -317,6 +354,15 @@ impl State {
 
     /// Appends a message as the memory's next one.
     pub fn push_message(&mut self, mut m: StoredMessage) -> u64 {
+        if m.in_history() {
+            // Chained to the history's last message; unknown when that is not loaded and
+            // has no chain (stored before chains existed).
+            m.chain = match self.history().next_back() {
+                Some(previous) => previous.chain.map(|c| Chain::next(Some(c), m.fingerprint)),
+                None if self.whole() => Some(Chain::next(None, m.fingerprint)),
+                None => None,
+            };
+        }
         m.seq = self.memory.next_seq;
         self.memory.next_seq += 1;
         let seq = m.seq;
@@ -663,11 +709,60 @@ mod tests {
         st.trim();
         assert_eq!(st.messages.first().map(|m| m.seq), Some(76));
 
-        // A state that needed everything (a client resending its whole history) keeps it.
+        // A state that needed everything (a client sending note calls back) keeps it.
         store.read(|r| st.load_whole(r)).unwrap();
+        st.keep_whole();
         st.trim();
         assert_eq!(st.messages.len(), 120);
         assert!(st.whole());
+    }
+
+    #[test]
+    fn a_history_resent_from_its_first_message_lines_up_without_reading_what_is_not_loaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
+        sixty_turns(&mut st);
+        store.write(|w| st.save(w)).unwrap();
+        let all: Vec<u64> = st.history().map(|m| m.fingerprint).collect();
+
+        let st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
+        assert!(!st.whole());
+        assert_eq!(st.resent_through(&all), Some(120));
+        let mut more = all.clone();
+        more.extend([7, 8]);
+        assert_eq!(
+            st.resent_through(&more),
+            Some(120),
+            "new messages follow the stored ones"
+        );
+        let mut edited_early = all.clone();
+        edited_early[5] ^= 1;
+        assert_eq!(st.resent_through(&edited_early), None, "an edit before what is loaded");
+        let mut edited_late = all.clone();
+        edited_late[100] ^= 1;
+        assert_eq!(st.resent_through(&edited_late), None, "an edit in what is loaded");
+        assert_eq!(st.resent_through(&all[..50]), None, "shorter than the stored history");
+    }
+
+    #[test]
+    fn messages_stored_before_chains_get_them_when_the_whole_history_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
+        sixty_turns(&mut st);
+        for m in &mut st.messages {
+            m.chain = None;
+        }
+        store.write(|w| st.save(w)).unwrap();
+        let all: Vec<u64> = st.history().map(|m| m.fingerprint).collect();
+
+        let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
+        assert_eq!(st.resent_through(&all), None, "no chain to check with");
+        store.read(|r| st.load_whole(r)).unwrap();
+        store.write(|w| st.save(w)).unwrap();
+        let st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
+        assert_eq!(st.resent_through(&all), Some(120));
     }
 
     #[test]
