@@ -24,7 +24,9 @@ pub struct Plan {
     pub aligned: &'static str,
 }
 
-pub fn plan(existed: bool, stored_fp: &[u64], incoming: &[Message], mode: HistoryMode) -> Plan {
+/// `incoming_fp`: the fingerprints of `incoming` (computed once by the caller, who may align
+/// more than once; unused with `delta`).
+pub fn plan(existed: bool, stored_fp: &[u64], incoming: &[Message], incoming_fp: &[u64], mode: HistoryMode) -> Plan {
     let make = |supersede_from, new: &[Message], aligned| Plan {
         supersede_from,
         new: new.to_vec(),
@@ -36,7 +38,6 @@ pub fn plan(existed: bool, stored_fp: &[u64], incoming: &[Message], mode: Histor
     if mode == HistoryMode::Delta {
         return make(None, incoming, "delta");
     }
-    let incoming_fp: Vec<u64> = incoming.iter().map(Message::fingerprint).collect();
     let Some(&first) = incoming_fp.first() else {
         return make(None, &[], "extends");
     };
@@ -47,7 +48,7 @@ pub fn plan(existed: bool, stored_fp: &[u64], incoming: &[Message], mode: Histor
     for start in (0..stored_fp.len()).rev().filter(|&i| stored_fp[i] == first) {
         let run = stored_fp[start..]
             .iter()
-            .zip(&incoming_fp)
+            .zip(incoming_fp)
             .take_while(|(a, b)| a == b)
             .count();
         if start + run == stored_fp.len() {
@@ -113,7 +114,8 @@ mod tests {
 
     fn plan_for(mem: &MemoryRecord, st: &[StoredMessage], incoming: &[Message], mode: HistoryMode) -> Plan {
         let fingerprints: Vec<u64> = st.iter().map(|m| m.fingerprint).collect();
-        plan(mem.next_seq > 0, &fingerprints, incoming, mode)
+        let incoming_fp: Vec<u64> = incoming.iter().map(Message::fingerprint).collect();
+        plan(mem.next_seq > 0, &fingerprints, incoming, &incoming_fp, mode)
     }
 
     fn stored(ms: &[Message]) -> (MemoryRecord, Vec<StoredMessage>) {

@@ -262,12 +262,7 @@ impl Engine {
                 // The recent remembered episodes, each judged only for the facts that share
                 // words with it (and the episodes a fact was written for): a fact is about
                 // few episodes, and each judgment is a model call.
-                let pool: Vec<(u64, Vec<String>, BTreeSet<String>)> = st
-                    .episodes
-                    .iter()
-                    .rev()
-                    .filter(|e| e.state != EpisodeState::Forgotten)
-                    .take(self.config.max_episodes_judged)
+                let pool: Vec<(u64, Vec<String>, BTreeSet<String>)> = judged_pool(st, &self.config)
                     .map(|e| {
                         let texts = episode_passages(st, e.n);
                         let words = scopes::word_set(&texts.join("\n"));
@@ -561,19 +556,21 @@ fn episodes_to_judge(words: &BTreeSet<String>, own: &BTreeSet<u64>, pool: &[(u64
         .collect()
 }
 
+/// The episodes a new fact may be judged against: the recent ones not forgotten, newest first.
+fn judged_pool<'a>(st: &'a State, config: &super::EngineConfig) -> impl Iterator<Item = &'a super::records::Episode> {
+    st.episodes
+        .iter()
+        .rev()
+        .filter(|e| e.state != EpisodeState::Forgotten)
+        .take(config.max_episodes_judged)
+}
+
 /// The first seq of the older messages (not loaded with the state) a job reads: the episodes
 /// a fact is judged against, the sealed episodes cut into passages, the conversation from a
 /// recall block on.
 fn older_needed(st: &State, job: &JobKind, config: &super::EngineConfig) -> Option<u64> {
     match job {
-        JobKind::ScoreFacts { .. } => st
-            .episodes
-            .iter()
-            .rev()
-            .filter(|e| e.state != EpisodeState::Forgotten)
-            .take(config.max_episodes_judged)
-            .last()
-            .map(|e| e.first_seq),
+        JobKind::ScoreFacts { .. } => judged_pool(st, config).last().map(|e| e.first_seq),
         JobKind::Index => st
             .episodes
             .iter()

@@ -384,15 +384,19 @@ impl Engine {
             self.store.read(|r| st.load_whole(r))?;
             st.keep_whole();
         }
-        let (mut stored_seqs, mut plan) = align(&st, &incoming, args.history);
+        // Fingerprints of what the request resends, hashed once however often it is aligned.
+        let incoming_fp: Vec<u64> = match args.history {
+            HistoryMode::Delta => Vec::new(),
+            _ => incoming.iter().map(formats::Message::fingerprint).collect(),
+        };
+        let (mut stored_seqs, mut plan) = align(&st, &incoming, &incoming_fp, args.history);
         // Aligned against the loaded history (what is in view and the recent turns), a request
         // that does not simply extend it may start earlier: a client resending everything from
         // the first message is lined up by the chain of the first loaded message; anything else
         // (an edit of older history) is aligned again with the whole history.
         let full = args.history != HistoryMode::Delta && !st.whole();
         if full && plan.aligned != "extends" {
-            let fingerprints: Vec<u64> = incoming.iter().map(formats::Message::fingerprint).collect();
-            if let Some(from) = st.resent_through(&fingerprints) {
+            if let Some(from) = st.resent_through(&incoming_fp) {
                 plan = ingest::Plan {
                     supersede_from: None,
                     new: incoming[from..].to_vec(),
@@ -404,7 +408,7 @@ impl Engine {
         let paired = pairing::check_tool_outputs(st.history().take(kept), &plan.new, &parsed);
         if (plan.aligned != "extends" || paired.is_err()) && full {
             self.store.read(|r| st.load_whole(r))?;
-            (stored_seqs, plan) = align(&st, &incoming, args.history);
+            (stored_seqs, plan) = align(&st, &incoming, &incoming_fp, args.history);
             kept = plan.supersede_from.unwrap_or(stored_seqs.len());
             pairing::check_tool_outputs(st.history().take(kept), &plan.new, &parsed)?;
         } else {
@@ -974,8 +978,13 @@ impl Engine {
 
 /// The request's history lined up with the stored history the state holds: the stored seqs
 /// and the plan.
-fn align(st: &State, incoming: &[crate::formats::Message], mode: HistoryMode) -> (Vec<u64>, ingest::Plan) {
+fn align(
+    st: &State,
+    incoming: &[crate::formats::Message],
+    incoming_fp: &[u64],
+    mode: HistoryMode,
+) -> (Vec<u64>, ingest::Plan) {
     let (seqs, fingerprints): (Vec<u64>, Vec<u64>) = st.history().map(|m| (m.seq, m.fingerprint)).unzip();
-    let plan = ingest::plan(st.existed, &fingerprints, incoming, mode);
+    let plan = ingest::plan(st.existed, &fingerprints, incoming, incoming_fp, mode);
     (seqs, plan)
 }
