@@ -19,7 +19,7 @@ pub struct State {
     /// everything it ever stored.
     pub messages: Vec<StoredMessage>,
     loaded_from: u64,
-    /// Set when an op needed the whole history (a client resending it from the start): the
+    /// Set when the client sends note calls back (checked against every note taken): the
     /// cached state then keeps every message instead of reading them again at each op.
     keep_whole: bool,
     pub episodes: Vec<Episode>,
@@ -687,12 +687,18 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_loaded_state_holds_what_can_be_in_view_and_the_recent_turns_and_reads_the_rest_on_demand() {
+    /// A new store holding nothing yet, and memory "m" with [`sixty_turns`] not saved.
+    fn sixty_turns_unsaved() -> (tempfile::TempDir, Store, State) {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
         let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
         sixty_turns(&mut st);
+        (dir, store, st)
+    }
+
+    #[test]
+    fn a_loaded_state_holds_what_can_be_in_view_and_the_recent_turns_and_reads_the_rest_on_demand() {
+        let (_dir, store, st) = sixty_turns_unsaved();
         store.write(|w| st.save(w)).unwrap();
 
         let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
@@ -719,10 +725,7 @@ mod tests {
 
     #[test]
     fn a_history_resent_from_its_first_message_lines_up_without_reading_what_is_not_loaded() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
-        let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
-        sixty_turns(&mut st);
+        let (_dir, store, st) = sixty_turns_unsaved();
         store.write(|w| st.save(w)).unwrap();
         let all: Vec<u64> = st.history().map(|m| m.fingerprint).collect();
 
@@ -747,10 +750,7 @@ mod tests {
 
     #[test]
     fn messages_stored_before_chains_get_them_when_the_whole_history_is_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
-        let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
-        sixty_turns(&mut st);
+        let (_dir, store, mut st) = sixty_turns_unsaved();
         for m in &mut st.messages {
             m.chain = None;
         }
@@ -767,10 +767,7 @@ mod tests {
 
     #[test]
     fn trimming_never_drops_a_message_not_saved_yet() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
-        let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
-        sixty_turns(&mut st);
+        let (_dir, store, mut st) = sixty_turns_unsaved();
         st.trim();
         assert_eq!(st.messages.len(), 120);
         store.write(|w| st.save(w)).unwrap();
