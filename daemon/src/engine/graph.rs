@@ -42,6 +42,17 @@ pub const ENTITY_CANDIDATES: usize = 8;
 /// Newest held facts on the same two entities a new fact is related to.
 pub const RELATED_FACTS: usize = 8;
 
+/// The graph's edges as `export` and `inspect` list them: each fact placed between two
+/// entities, `{fact, subject, object}` (entity numbers).
+pub(super) fn edges(facts: &[Fact]) -> Vec<serde_json::Value> {
+    facts
+        .iter()
+        .filter_map(|f| {
+            Some(serde_json::json!({"fact": f.n, "subject": f.subject_entity?, "object": f.object_entity?}))
+        })
+        .collect()
+}
+
 /// A name's normalised form: lowercase, punctuation as spaces, a leading article and a
 /// possessive "'s" dropped, whitespace collapsed. Equal forms name one entity.
 pub fn norm(name: &str) -> String {

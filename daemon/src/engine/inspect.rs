@@ -191,9 +191,7 @@ impl Engine {
                 .iter()
                 .map(|e| json!({"n": e.n, "name": e.name, "aliases": e.aliases}))
                 .collect::<Vec<_>>(),
-            "edges": facts.iter().filter_map(|f| Some(json!({
-                "fact": f.n, "subject": f.subject_entity?, "object": f.object_entity?,
-            }))).collect::<Vec<_>>(),
+            "edges": super::graph::edges(&facts),
             "decisions": decisions,
             "decisions_kept": decisions_kept,
             "lane": lane(&jobs),

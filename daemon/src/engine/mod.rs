@@ -889,9 +889,7 @@ impl Engine {
             "entities": st.entities,
             // Boundary scores of units not cut yet: they decide where the next cut falls.
             "units": st.unit_scores.values().collect::<Vec<_>>(),
-            "edges": st.facts.iter().filter_map(|f| Some(json!({
-                "fact": f.n, "subject": f.subject_entity?, "object": f.object_entity?,
-            }))).collect::<Vec<_>>(),
+            "edges": graph::edges(&st.facts),
             "passages": self.store.read(|r| r.scan::<records::Passage>(crate::store::Table::Passages, &crate::store::keys::memory_prefix(memory)))?,
             "recalls": st.recalls.values().collect::<Vec<_>>(),
             // The latest decorates' decisions (a diagnostic log: the latest 32 are kept).
