@@ -454,13 +454,16 @@ fn cold_start(daemon: &mut Daemon, agent: &mut Agent) -> Result<ColdStart, Strin
     let args = agent.decorate_args();
     let first_decorate_bytes = encoded_len("decorate", &args);
     let asked = Instant::now();
-    client
+    let out = client
         .call("decorate", args)
         .map_err(|e| format!("decorate after restart: {e}"))?;
+    let first_decorate_ms = ms(asked);
     Ok(ColdStart {
         hello_ms,
-        first_decorate_ms: ms(asked),
+        first_decorate_ms,
         first_decorate_bytes,
+        first_decorate_recall_ms: out["info"]["recall"]["ms"].clone(),
+        first_decorate_aligned_on: out["info"]["aligned_on"].as_str().unwrap_or("?").to_owned(),
         rss_kb_after: sampler::rss_kb(daemon.pid()),
     })
 }

@@ -89,6 +89,10 @@ pub struct ColdStart {
     /// The first `decorate` of an existing memory after `hello` (its state not loaded yet).
     pub first_decorate_ms: f64,
     pub first_decorate_bytes: usize,
+    /// Of the first decorate: recall's steps as its `info` gives them (`embed`, `search`,
+    /// `walk`, `total`; null when it ran no recall) and what its alignment read.
+    pub first_decorate_recall_ms: serde_json::Value,
+    pub first_decorate_aligned_on: String,
     pub rss_kb_after: Option<u64>,
 }
 
@@ -273,9 +277,12 @@ impl LoadReport {
             (
                 "cold start on that data".into(),
                 format!(
-                    "hello {:.0} ms after the start, then the first decorate of an existing memory {:.0} ms (RSS then {})",
+                    "hello {:.0} ms after the start, then the first decorate of an existing memory {:.0} ms \
+                     (recall {}; aligned on the {} history; RSS then {})",
                     self.cold_start.hello_ms,
                     self.cold_start.first_decorate_ms,
+                    recall_steps(&self.cold_start.first_decorate_recall_ms),
+                    self.cold_start.first_decorate_aligned_on,
                     mb(self.cold_start.rss_kb_after)
                 ),
             ),
@@ -342,4 +349,19 @@ fn depth_series(samples: &[Sample], n: usize) -> String {
         .map(|s| format!("{:.0}s {}", s.t_s, s.depth))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// `{embed, search, walk, total}` in ms as "total 12 ms: embed 8, search 3, walk 1".
+fn recall_steps(ms: &serde_json::Value) -> String {
+    let at = |k: &str| ms[k].as_f64().unwrap_or(0.0);
+    if ms.is_null() {
+        return "none".into();
+    }
+    format!(
+        "{:.0} ms: embed {:.0}, search {:.0}, walk {:.0}",
+        at("total"),
+        at("embed"),
+        at("search"),
+        at("walk")
+    )
 }

@@ -12,7 +12,8 @@ use recalld::store::{Store, StoreOptions};
 use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
 use serde_json::{json, Value};
 
-fn run(fresh_engine_per_op: bool, turns: usize, resend_view: bool) -> (Vec<Value>, Value) {
+/// The requests, the export, and what each decorate's alignment read (`info.aligned_on`).
+fn run(fresh_engine_per_op: bool, turns: usize, resend_view: bool) -> (Vec<Value>, Value, Vec<String>) {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
     let config = EngineConfig {
@@ -22,6 +23,7 @@ fn run(fresh_engine_per_op: bool, turns: usize, resend_view: bool) -> (Vec<Value
     let shared = Engine::new(store.clone(), None, config.clone());
     let fresh = || Engine::new(store.clone(), None, config.clone());
     let mut requests = Vec::new();
+    let mut aligned_on = Vec::new();
     let mut history = vec![json!({"role": "system", "content": "You are terse."})];
     let mut now = 1_700_000_000.0;
     for turn in 0..turns {
@@ -45,6 +47,7 @@ fn run(fresh_engine_per_op: bool, turns: usize, resend_view: bool) -> (Vec<Value
             })
             .unwrap();
         let asked = out.info["note_ask"] == true;
+        aligned_on.push(out.info["aligned_on"].as_str().unwrap().to_owned());
         if resend_view {
             // The next call starts from what this request held (our blocks are recognised
             // and left out when it comes back).
@@ -77,7 +80,7 @@ fn run(fresh_engine_per_op: bool, turns: usize, resend_view: bool) -> (Vec<Value
         now += 20.0;
     }
     let export = fresh().export("c").unwrap();
-    (requests, export)
+    (requests, export, aligned_on)
 }
 
 #[test]
@@ -88,17 +91,24 @@ fn cached_states_behave_exactly_like_states_loaded_from_the_store() {
 /// Past the recent turns the budget measures, sealed history is no longer loaded with the state.
 #[test]
 fn a_client_resending_what_it_was_sent_aligns_on_the_loaded_history_alone() {
-    same_either_way(40, true);
+    let read = same_either_way(40, true);
+    assert!(read.iter().all(|r| r == "loaded"), "{read:?}");
 }
 
+/// A full resend is lined up by the chain of the first loaded message, without reading the
+/// older messages; the result is what aligning on the whole history gives.
 #[test]
-fn a_client_resending_everything_from_the_start_aligns_on_the_whole_history() {
-    same_either_way(40, false);
+fn a_client_resending_everything_from_the_start_is_lined_up_by_the_chain() {
+    let read = same_either_way(40, false);
+    assert!(read.iter().all(|r| r != "whole"), "{read:?}");
+    // Once the recent turns the state loads no longer reach back to the first message.
+    assert!(read[30..].iter().all(|r| r == "chain"), "{read:?}");
 }
 
-fn same_either_way(turns: usize, resend_view: bool) {
-    let (cached_requests, mut cached_export) = run(false, turns, resend_view);
-    let (fresh_requests, mut fresh_export) = run(true, turns, resend_view);
+/// What each decorate's alignment read, with a new engine for every op.
+fn same_either_way(turns: usize, resend_view: bool) -> Vec<String> {
+    let (cached_requests, mut cached_export, _) = run(false, turns, resend_view);
+    let (fresh_requests, mut fresh_export, read) = run(true, turns, resend_view);
     // Decisions keep how long recall's steps took: measurements, not state.
     for export in [&mut cached_export, &mut fresh_export] {
         for d in export["decisions"].as_array_mut().unwrap() {
@@ -124,4 +134,5 @@ fn same_either_way(turns: usize, resend_view: bool) {
         states.contains(&"sealed") || states.contains(&"forgotten"),
         "the script reaches sealing: {states:?}"
     );
+    read
 }

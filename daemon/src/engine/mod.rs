@@ -395,8 +395,11 @@ impl Engine {
         // the first message is lined up by the chain of the first loaded message; anything else
         // (an edit of older history) is aligned again with the whole history.
         let full = args.history != HistoryMode::Delta && !st.whole();
+        // What the alignment read, for `info`: the loaded history, the chain, or everything.
+        let mut aligned_on = "loaded";
         if full && plan.aligned != "extends" {
             if let Some(from) = st.resent_through(&incoming_fp) {
+                aligned_on = "chain";
                 plan = ingest::Plan {
                     supersede_from: None,
                     new: incoming[from..].to_vec(),
@@ -408,6 +411,7 @@ impl Engine {
         let paired = pairing::check_tool_outputs(st.history().take(kept), &plan.new, &parsed);
         if (plan.aligned != "extends" || paired.is_err()) && full {
             self.store.read(|r| st.load_whole(r))?;
+            aligned_on = "whole";
             (stored_seqs, plan) = align(&st, &incoming, &incoming_fp, args.history);
             kept = plan.supersede_from.unwrap_or(stored_seqs.len());
             pairing::check_tool_outputs(st.history().take(kept), &plan.new, &parsed)?;
@@ -606,6 +610,7 @@ impl Engine {
             "stored": plan.new.len(),
             "superseded": plan.supersede_from.map(|i| stored_seqs.len() - i).unwrap_or(0),
             "aligned": plan.aligned,
+            "aligned_on": aligned_on,
             "turn": st.memory.turn,
             "facts_written": facts_written,
             "sleep": sleep,
