@@ -321,6 +321,50 @@ fn a_forgotten_turn_comes_back_grouped_dated_distilled_and_survives_an_index_reb
     );
 }
 
+/// After a reply, the lane judges the facts the exchange leads to (the prepared walk), and the
+/// next message, a follow-up that names nothing, finds them ready in its recall block.
+#[test]
+fn a_follow_up_finds_the_walk_the_lane_prepared_from_the_previous_exchange() {
+    let d = Daemon::start_with_config(DEADLINE);
+    let mut c = converse(&d, "walk");
+    c.now += 3_600.0;
+    let asked = question();
+    let answer = format!(
+        "Service {} listens on port {} and is owned by {}.",
+        name(QUESTION_TURN),
+        port(QUESTION_TURN),
+        PEOPLE[QUESTION_TURN % PEOPLE.len()]
+    );
+    c.turn(asked, answer);
+    let follow_up = c.decorate(Some("Thanks. Should I call them today?"), true);
+    let recall = &follow_up["info"]["recall"];
+    let prepared = &recall["prepared_walk"];
+    assert_eq!(prepared["ready"], true, "{recall}");
+    assert!(prepared["facts"].as_u64().unwrap() >= 1, "{recall}");
+    let from_walk: Vec<&Value> = recall["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["searches"].as_array().unwrap().iter().any(|s| s == "walk:prepared"))
+        .collect();
+    assert!(
+        from_walk.iter().any(|i| i["kind"] == "fact"),
+        "facts from the walk: {recall}"
+    );
+    // The fact the exchange was about, though the follow-up's own words are far from it.
+    let (_, block) = recall_block(&follow_up["request"]).expect("a recall block");
+    assert!(block.contains(&fact_text(QUESTION_TURN)), "{block}");
+
+    // A walk is ready only for the message right after the exchange it was prepared from.
+    c.turn(
+        "Let's talk about lunch instead.".into(),
+        "Sure, what do you fancy?".into(),
+    );
+    let later = c.decorate(Some("Pizza, I think."), true);
+    let p = &later["info"]["recall"]["prepared_walk"];
+    assert!(p.is_null() || p["after_seq"] != prepared["after_seq"], "{p}");
+}
+
 #[test]
 fn an_unrelated_memory_recalls_nothing_and_a_fresh_memory_needs_no_embedding() {
     let d = Daemon::start();

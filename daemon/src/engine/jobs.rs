@@ -16,7 +16,7 @@ use super::records::{
     EpisodeState, Fact, Job, JobKind, Passage, StoredMessage, TraceKind, UnitScore, VectorKind, VectorRecord,
 };
 use super::state::{self, State};
-use super::{distill, graph, indexing, scopes, units, Engine, EngineError};
+use super::{distill, graph, indexing, scopes, units, walk, Engine, EngineError};
 use crate::models::{BoundaryScore, CallCtx};
 use crate::store::{keys, Table};
 
@@ -77,6 +77,7 @@ enum Snapshot {
     /// then only indexes).
     Passages(Vec<Passage>, Vec<String>),
     Distill(distill::Snapshot),
+    Walk(walk::Snapshot),
     /// The job judges nothing (a cut is arithmetic).
     Nothing,
 }
@@ -99,6 +100,7 @@ enum Judged {
         seq: u64,
         keep: Vec<usize>,
     },
+    Walk(walk::PreparedWalk),
     /// The model failed: the job stays queued, counted as a failed attempt.
     Failed(String),
     Nothing,
@@ -158,7 +160,11 @@ impl Engine {
                 c.failures.fetch_add(1, Ordering::Relaxed);
                 return Ok(false);
             }
-            Judged::Vectors(..) | Judged::Passages(..) | Judged::Distilled { .. } | Judged::Nothing => 0,
+            Judged::Vectors(..)
+            | Judged::Passages(..)
+            | Judged::Distilled { .. }
+            | Judged::Walk(_)
+            | Judged::Nothing => 0,
         };
         let lock = self.lock(memory);
         let held = lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -213,6 +219,7 @@ impl Engine {
                 self.store.read(|r| st.load_messages_from(r, seq))?;
                 distill::apply(&mut st, seq, &keep)
             }
+            Judged::Walk(prepared) => walk::apply(&mut st, prepared),
             Judged::Failed(_) | Judged::Nothing => {}
         }
         if job.job == JobKind::Cut {
@@ -299,6 +306,7 @@ impl Engine {
                 Snapshot::Passages(passages, texts)
             }
             JobKind::Distill { seq } => distill::snapshot(st, *seq).map_or(Snapshot::Nothing, Snapshot::Distill),
+            JobKind::Walk => walk::snapshot(st).map_or(Snapshot::Nothing, Snapshot::Walk),
             JobKind::Handoff => Snapshot::Nothing,
         }
     }
@@ -371,6 +379,10 @@ impl Engine {
             Snapshot::Distill(snap) => match snap.judge(models.judge.as_ref(), memory) {
                 Ok(keep) => Judged::Distilled { seq: snap.seq, keep },
                 Err(e) => Judged::Failed(e.to_string()),
+            },
+            Snapshot::Walk(snap) => match self.prepare_walk(memory, &snap) {
+                Ok(prepared) => Judged::Walk(prepared),
+                Err(e) => Judged::Failed(e),
             },
             Snapshot::Passages(..) | Snapshot::Nothing => Judged::Nothing,
         }

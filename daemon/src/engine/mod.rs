@@ -31,6 +31,7 @@ pub mod scopes;
 mod state;
 mod tokens;
 mod units;
+pub mod walk;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -811,6 +812,10 @@ impl Engine {
                 .map(|b| b.seq);
             if let Some(seq) = open {
                 st.push_job(JobKind::Distill { seq }, now);
+            }
+            // What the exchange leads to is judged now, so the next message finds it ready.
+            if self.models.is_some() && self.indexes.is_some() && st.memory.next_fact > 0 {
+                st.push_job(JobKind::Walk, now);
             }
         }
         self.queue_indexing(&mut st, now);

@@ -16,21 +16,21 @@ use serde_json::{json, Value};
 use super::passages::{date, turns};
 use super::records::{fingerprint_hex, EpisodeState, Fact, Passage, RecallBlock, RecallItem, VectorKind, VectorRecord};
 use super::state::State;
-use super::{blocks, tokens, Engine};
+use super::{blocks, tokens, walk, Engine};
 use crate::formats::{ParsedRequest, Role};
 use crate::store::{keys, Table};
 
 /// Reciprocal rank fusion's constant: a document's score is Σ 1 / (RRF_K + rank).
-const RRF_K: f64 = 60.0;
+pub(super) const RRF_K: f64 = 60.0;
 /// Hits taken from each search.
 const HITS: usize = 24;
 /// The walk starts from this many of the best facts.
 const WALK_FROM: usize = 6;
 /// Neighbours of one fact considered by the walk, at most.
-const WALK_NEIGHBOURS: usize = 24;
+pub(super) const WALK_NEIGHBOURS: usize = 24;
 /// An entity with more facts than this is a hub (the user, the assistant): walking through it
 /// reaches everything, so it leads nowhere.
-const HUB_DEGREE: usize = 40;
+pub(super) const HUB_DEGREE: usize = 40;
 /// A neighbour's score is its source's times this times its cosine with the message.
 const WALK_DECAY: f64 = 0.5;
 /// Recent messages joined into the "recent conversation" query.
@@ -53,7 +53,12 @@ const MODEL_WINDOW_WORDS: usize = 190;
 /// it mostly holds what the message is not about (measured on the LoCoMo dev replay at 4k:
 /// with the recent search at full weight availability fell from 0.836 to 0.804).
 fn weight(search: &str) -> f64 {
-    if search == "words:recent" {
+    if search == "walk:prepared" {
+        // Facts a judge read against the exchange this message follows and kept: as strong as
+        // two searches agreeing, so a follow-up that names nothing ("should I call them?")
+        // still gets them ahead of weak hits for its own words.
+        2.0
+    } else if search == "words:recent" {
         0.25
     } else if search.starts_with("words") {
         0.5
@@ -319,6 +324,14 @@ impl Engine {
                 }
             }
         }
+        // The walk the lane prepared from the exchange this message follows: one more list.
+        let prepared = st.memory.walk.as_ref().filter(|w| walk::ready_for(st, w, seq));
+        if let Some(w) = prepared {
+            lists.push((
+                "walk:prepared".into(),
+                w.facts.iter().map(|f| Doc::Fact(f.n).key()).collect(),
+            ));
+        }
         let search_ms = started.elapsed().as_secs_f64() * 1e3;
 
         // 2. Fuse by rank.
@@ -426,6 +439,11 @@ impl Engine {
             "tokens": block.as_ref().map_or(0, |b| b.tokens),
             "candidates": candidates.len(),
             "walked": walked,
+            "prepared_walk": st.memory.walk.as_ref().map(|w| json!({
+                "after_seq": w.after_seq,
+                "facts": w.facts.len(),
+                "ready": prepared.is_some(),
+            })),
             "searches": lists.iter().map(|(n, k)| (n.clone(), json!(k.len()))).collect::<serde_json::Map<_, _>>(),
             "items": block.as_ref().map(|b| &b.items),
             "errors": errors,
@@ -524,7 +542,7 @@ fn passage_in_view(st: &State, p: &Passage) -> bool {
 }
 
 /// The facts on entity `e`'s edges, newest first; None when it has more than `hub` (a hub).
-fn edge_facts(
+pub(super) fn edge_facts(
     r: &crate::store::Reader<'_>,
     memory: &str,
     e: u64,
@@ -539,7 +557,7 @@ fn edge_facts(
     Ok((facts.len() <= hub).then_some(facts))
 }
 
-fn entities(f: &Fact) -> impl Iterator<Item = u64> + '_ {
+pub(super) fn entities(f: &Fact) -> impl Iterator<Item = u64> + '_ {
     let mut v: Vec<u64> = f.subject_entity.into_iter().chain(f.object_entity).collect();
     v.dedup();
     v.into_iter()

@@ -70,6 +70,10 @@ pub struct MemoryRecord {
     /// The number the next decorate's decision record gets (table `decisions`).
     #[serde(default)]
     pub next_decision: u64,
+    /// The facts the lane's walk judged worth showing after the last reply (for the next
+    /// user message's recall).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub walk: Option<super::walk::PreparedWalk>,
 }
 
 /// One version of the client's instructions and when it was first seen.
@@ -118,6 +122,7 @@ impl MemoryRecord {
             handed_off: 0,
             extracted_to: 0,
             next_decision: 0,
+            walk: None,
         }
     }
 }
@@ -573,6 +578,8 @@ pub enum JobKind {
     Index,
     /// Distill the recall block before user message `seq` to what the conversation used.
     Distill { seq: u64 },
+    /// Judge the facts the finished exchange leads to, for the next user message's recall.
+    Walk,
     /// Hand the memory's new facts to its agent's scope (the conversation ended or went
     /// quiet), check the scope facts it was shown, and consolidate the scope.
     Handoff,
@@ -624,6 +631,7 @@ impl JobKind {
             JobKind::Index => "index",
             JobKind::Distill { .. } => "distill",
             JobKind::Handoff => "handoff",
+            JobKind::Walk => "walk",
         }
     }
 
@@ -635,6 +643,7 @@ impl JobKind {
             JobKind::Cut => Some("cut"),
             JobKind::Index => Some("index"),
             JobKind::Handoff => Some("handoff"),
+            JobKind::Walk => Some("walk"),
             _ => None,
         }
     }
@@ -661,6 +670,7 @@ mod tests {
             JobKind::Index,
             JobKind::Distill { seq: 0 },
             JobKind::Handoff,
+            JobKind::Walk,
         ];
         for k in kinds {
             assert_eq!(serde_json::to_value(&k).unwrap()["kind"], k.name());
