@@ -77,8 +77,8 @@ pub(super) fn snapshot(st: &State) -> Option<Snapshot> {
 /// Whether `walk` was prepared from the exchange that user message `seq` follows.
 pub(super) fn ready_for(st: &State, walk: &PreparedWalk, seq: u64) -> bool {
     st.history()
-        .filter(|m| m.seq < seq)
-        .last()
+        .rev()
+        .find(|m| m.seq < seq)
         .is_some_and(|m| m.seq == walk.after_seq)
 }
 
@@ -209,7 +209,7 @@ fn kept(judged: &[(u64, Option<u64>)], levels: &[WalkLevel]) -> Vec<WalkFact> {
         })
         .map(|(&(n, from), &level)| WalkFact { n, level, from })
         .collect();
-    facts.sort_by(|a, b| b.level.cmp(&a.level));
+    facts.sort_by_key(|f| std::cmp::Reverse(f.level));
     facts.truncate(KEPT);
     facts
 }
