@@ -234,6 +234,19 @@ fn models_judge_distill_keeps_what_mattered() {
     // A fact the conversation already states word for word is not kept.
     let said = "user: Caroline adopted a grey cat named Oscar.\nassistant: How lovely!";
     assert!(!j.distill(&CTX, &facts[1..], said).unwrap().contains(&0));
+    // Among the many lines a tool output brings (only the lines sharing a fact's words are
+    // compared with it): said again nearly word for word, not kept; asked about, kept. (120
+    // lines of 7 words: the judge reads 120-word chunks, so the exchange is a chunk.)
+    let mut noise = String::new();
+    for i in 0..120 {
+        noise.push_str(&format!("tool: {i} GET /health 200 in {}ms\n", i % 17));
+    }
+    let said = format!("{noise}user: Did Caroline get a pet?\nassistant: Caroline adopted a gray cat named Oscar.\n");
+    assert!(!j.distill(&CTX, &facts, &said).unwrap().contains(&1));
+    assert_eq!(
+        j.distill(&CTX, &facts, &format!("{noise}{conversation}")).unwrap(),
+        vec![0]
+    );
 }
 
 #[test]

@@ -13,7 +13,7 @@ use crate::models::{CallCtx, Judge, ModelError};
 
 /// Items a distilled block keeps at most.
 const DISTILLED_ITEMS: usize = 3;
-/// Characters of conversation the judge reads after the block, at most (the latest kept).
+/// Characters of the block's turn the judge reads, at most.
 const CONVERSATION_CHARS: usize = 8_000;
 
 pub(super) struct Snapshot {
@@ -39,18 +39,15 @@ pub(super) fn snapshot(st: &State, seq: u64) -> Option<Snapshot> {
         .filter(|(_, i)| i.kind == "fact")
         .map(|(at, i)| (at, st.fact(i.n).map(|f| f.note.clone()).unwrap_or_default()))
         .collect();
-    let mut conversation: String = st
+    // The turn the block was made for, from its message to the turn's last reply (a job run
+    // late must not judge the block against what came long after); a long turn keeps its
+    // head (the question) and its tail (the answer that used the block).
+    let conversation: String = st
         .history()
-        .filter(|m| m.seq >= seq)
+        .filter(|m| m.seq >= seq && m.turn == block.turn)
         .map(|m| format!("{}: {}\n", m.message.role.as_str(), m.message.text))
         .collect();
-    if conversation.len() > CONVERSATION_CHARS {
-        let mut cut = conversation.len() - CONVERSATION_CHARS;
-        while !conversation.is_char_boundary(cut) {
-            cut += 1;
-        }
-        conversation = conversation[cut..].to_owned();
-    }
+    let conversation = head_and_tail(&conversation, CONVERSATION_CHARS);
     Some(Snapshot {
         seq,
         facts,
@@ -115,4 +112,39 @@ pub(super) fn apply(st: &mut State, seq: u64, keep: &[usize]) {
         m.tokens = (u64::from(m.tokens) + size).saturating_sub(block.tokens) as u32;
     }
     st.put_recall(distilled);
+}
+
+/// `text` when it is at most `max` bytes, else its first and last `max / 2` (on char
+/// boundaries) joined by a line that says something was left out.
+fn head_and_tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut head = max / 2;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - max / 2;
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!("{}\n…\n{}", &text[..head], &text[tail..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::head_and_tail;
+
+    #[test]
+    fn a_long_turn_keeps_its_question_and_its_answer() {
+        assert_eq!(head_and_tail("short", 10), "short");
+        let turn = format!("user: which port?\n{}\nassistant: 7074\n", "tool: ok\n".repeat(500));
+        let kept = head_and_tail(&turn, 60);
+        assert!(
+            kept.starts_with("user: which port?") && kept.ends_with("assistant: 7074\n"),
+            "{kept}"
+        );
+        assert!(kept.len() <= 60 + "\n…\n".len());
+        assert_eq!(head_and_tail("ééééé", 4), "é\n…\né");
+    }
 }

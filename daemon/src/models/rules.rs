@@ -21,6 +21,11 @@ use super::{cosine, BoundaryScore, CallCtx, Embedder, Judge, ModelError, Relatio
 
 /// Words per dialogue chunk (the model reads at most 256 tokens).
 const CHUNK_WORDS: usize = 120;
+/// Distill's "already said": a line is compared with a fact only when it shares this many of
+/// its words (content words and numbers; all of them when it has fewer), and at most this many
+/// lines are compared.
+const SAID_SHARED_WORDS: usize = 2;
+const SAID_LINES: usize = 24;
 
 /// The built-in, rule-based judge.
 pub struct RulesJudge {
@@ -141,8 +146,31 @@ impl RulesJudge {
         if candidates.is_empty() || lines.is_empty() {
             return Ok(candidates);
         }
+        // A line can only say a fact again if it shares its words: only those lines are
+        // embedded, the ones sharing most first (a conversation holding tool outputs has
+        // hundreds of lines, and each is a model pass).
+        let keys: Vec<HashSet<String>> = candidates.iter().map(|&i| Words::of(facts[i]).keys()).collect();
+        let mut near: Vec<(usize, usize)> = lines
+            .iter()
+            .enumerate()
+            .filter_map(|(at, l)| {
+                let words = Words::of(l).keys();
+                let shared = keys
+                    .iter()
+                    .map(|k| (k.intersection(&words).count(), k.len().clamp(1, SAID_SHARED_WORDS)))
+                    .filter(|&(n, needed)| n >= needed)
+                    .map(|(n, _)| n)
+                    .max()?;
+                Some((at, shared))
+            })
+            .collect();
+        near.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        near.truncate(SAID_LINES);
+        if near.is_empty() {
+            return Ok(candidates);
+        }
         let mut all: Vec<&str> = candidates.iter().map(|&i| facts[i]).collect();
-        all.extend(&lines);
+        all.extend(near.iter().map(|&(at, _)| lines[at]));
         let vs = self.vectors(ctx, &all)?;
         let (fv, lv) = vs.split_at(candidates.len());
         Ok(candidates
@@ -319,6 +347,13 @@ impl Words {
             numbers,
             negated,
         }
+    }
+
+    /// Content words and numbers: what two texts saying the same thing share.
+    fn keys(self) -> HashSet<String> {
+        let mut k = self.content;
+        k.extend(self.numbers);
+        k
     }
 
     fn overlap(&self, other: &Words) -> f32 {
