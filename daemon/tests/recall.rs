@@ -259,6 +259,26 @@ fn a_forgotten_turn_comes_back_grouped_dated_distilled_and_survives_an_index_reb
         small_talk["info"]
     );
 
+    // A question at the end of a long correction gets its own memories (each part's best
+    // documents go first), and facts a part found are in a section named for it.
+    let corrected = format!(
+        "No, that is not what I meant about the lunch order for the team offsite next week. The sandwiches \
+         go to the second floor, the drinks must be cold, and the invoice goes to finance as usual.\n\
+         By the way, which port does service {} listen on?",
+        name(QUESTION_TURN)
+    );
+    let sectioned = c.decorate(Some(&corrected), true);
+    let (_, block) = recall_block(&sectioned["request"]).expect("a block for the correction");
+    let heading = format!(
+        "\nFor “By the way, which port does service {} listen on?”:",
+        name(QUESTION_TURN)
+    );
+    let (at_heading, at_fact) = (block.find(&heading), block.find(&fact_text(QUESTION_TURN)));
+    assert!(
+        at_heading.is_some() && at_fact.is_some() && at_heading < at_fact,
+        "the question's fact in its part's section:\n{block}"
+    );
+
     // Indexes deleted while stopped are rebuilt at start and give the same recall.
     assert_eq!(d.stop(), Some(0));
     std::fs::remove_dir_all(d.data.join("index")).unwrap();

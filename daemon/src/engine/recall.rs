@@ -24,6 +24,8 @@ use crate::store::{keys, Table};
 pub(super) const RRF_K: f64 = 60.0;
 /// Hits taken from each search.
 const HITS: usize = 24;
+/// Each message part's best documents placed first in the block (when the message has parts).
+const PART_LEADS: usize = 2;
 /// The walk starts from this many of the best facts.
 const WALK_FROM: usize = 6;
 /// Neighbours of one fact considered by the walk, at most.
@@ -391,7 +393,11 @@ impl Engine {
         };
         let mut chosen: Vec<&Candidate> = Vec::new();
         let mut used = header;
-        for c in &candidates {
+        let leads = part_leads(&lists, q.parts.len(), &candidates, self.config.recall_relevant_cosine);
+        for c in leads.into_iter().chain(&candidates) {
+            if chosen.iter().any(|g| g.doc == c.doc) {
+                continue;
+            }
             if let Found::Fact(f) = &c.found {
                 if chosen.iter().any(|p| shows_turns_of(p, f)) {
                     continue;
@@ -414,7 +420,7 @@ impl Engine {
         }
         let mut block = None;
         while !chosen.is_empty() {
-            let text = render(st, &chosen);
+            let text = render(st, &chosen, &lists, &q.parts);
             let cost = tokens::text_tokens(&text) as u64 + 4;
             if cost <= budget {
                 block = Some(RecallBlock {
@@ -584,15 +590,24 @@ fn item(c: &Candidate) -> RecallItem {
     }
 }
 
-/// The block's text: facts grouped by the entity they share most within the block (named for
-/// it, newest first, each dated with its turns), then excerpts in conversation order.
-fn render(st: &State, chosen: &[&Candidate]) -> String {
-    let facts: Vec<&Fact> = chosen
-        .iter()
-        .filter_map(|c| match c.found {
-            Found::Fact(f) => Some(f),
-            Found::Passage(_) => None,
-        })
+/// The block's text: a section of facts per message part they were found for (headed when a
+/// part found some), each grouped by the entity its facts share most (named for it,
+/// newest first, each dated with its turns); then excerpts in conversation order.
+fn render(st: &State, chosen: &[&Candidate], lists: &[(String, Vec<u64>)], parts: &[String]) -> String {
+    let mut sections: Vec<(Option<usize>, Vec<&Fact>)> = Vec::new();
+    for c in chosen {
+        if let Found::Fact(f) = c.found {
+            let part = part_of(lists, c.doc.key());
+            match sections.iter_mut().find(|(p, _)| *p == part) {
+                Some((_, fs)) => fs.push(f),
+                None => sections.push((part, vec![f])),
+            }
+        }
+    }
+    sections.sort_by_key(|(p, _)| *p);
+    let sections: Vec<(Option<String>, Vec<&Fact>)> = sections
+        .into_iter()
+        .map(|(p, fs)| (p.and_then(|i| parts.get(i - 1)).map(|t| excerpt(t, 80)), fs))
         .collect();
     let passages: Vec<&Passage> = chosen
         .iter()
@@ -601,42 +616,93 @@ fn render(st: &State, chosen: &[&Candidate]) -> String {
             Found::Fact(_) => None,
         })
         .collect();
-    render_parts(st, &facts, &passages)
+    render_sections(st, &sections, &passages)
+}
+
+/// Each part's best documents (its meaning search's first hits that are relevant by meaning,
+/// [`PART_LEADS`] of them), part by part: they go first, so a question at the end of a long
+/// correction gets its own memories even when documents matching the correction's common words
+/// collect more of the fused score.
+fn part_leads<'c, 'a>(
+    lists: &[(String, Vec<u64>)],
+    parts: usize,
+    candidates: &'c [Candidate<'a>],
+    relevant: f32,
+) -> Vec<&'c Candidate<'a>> {
+    let mut leads: Vec<&Candidate> = Vec::new();
+    for i in 1..=parts {
+        let own = [format!("meaning:part {i}")];
+        let mut taken = 0;
+        for rank in 0..HITS {
+            for (_, keys) in lists.iter().filter(|(name, _)| own.contains(name)) {
+                let Some(&key) = keys.get(rank) else {
+                    continue;
+                };
+                if taken < PART_LEADS && !leads.iter().any(|c| c.doc.key() == key) {
+                    let found = candidates
+                        .iter()
+                        .find(|c| c.doc.key() == key && c.cosine.is_some_and(|cos| cos >= relevant));
+                    if let Some(c) = found {
+                        leads.push(c);
+                        taken += 1;
+                    }
+                }
+            }
+        }
+    }
+    leads
+}
+
+/// The message part (1-based) a document was found for: the part whose search ranked it best,
+/// unless the message's own searches ranked it higher (the message holds the part's words, so
+/// a tie is the part's); None for the message as a whole.
+fn part_of(lists: &[(String, Vec<u64>)], key: u64) -> Option<usize> {
+    let mut message = usize::MAX;
+    let mut best: Option<(usize, usize)> = None;
+    for (name, keys) in lists {
+        let Some(rank) = keys.iter().position(|k| *k == key) else {
+            continue;
+        };
+        let part = name
+            .strip_prefix("words:part ")
+            .or_else(|| name.strip_prefix("meaning:part "))
+            .and_then(|i| i.parse::<usize>().ok());
+        match part {
+            Some(i) if best.is_none_or(|(r, _)| rank < r) => best = Some((rank, i)),
+            Some(_) => {}
+            None if name == "words:message" || name == "meaning:message" => message = message.min(rank),
+            None => {}
+        }
+    }
+    best.filter(|(rank, _)| *rank <= message).map(|(_, i)| i)
+}
+
+/// The first `max` characters of `text`, with an ellipsis when cut.
+fn excerpt(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
 }
 
 /// Renders a block from its facts (best first) and passages.
 pub(super) fn render_parts(st: &State, facts: &[&Fact], passages: &[&Passage]) -> String {
-    let mut within: HashMap<u64, usize> = HashMap::new();
-    for f in facts {
-        for e in entities(f) {
-            *within.entry(e).or_default() += 1;
-        }
-    }
-    // Each fact joins the group of its most connected entity; groups keep the order in which
-    // their best fact was found.
-    let mut groups: Vec<(Option<u64>, Vec<&Fact>)> = Vec::new();
-    for f in facts {
-        let key = entities(f).max_by_key(|e| (within.get(e).copied().unwrap_or(0), std::cmp::Reverse(*e)));
-        match groups.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, g)) => g.push(f),
-            None => groups.push((key, vec![f])),
-        }
-    }
+    render_sections(st, &[(None, facts.to_vec())], passages)
+}
+
+/// Renders a block from its sections of facts (each best first; a section headed with the
+/// message part it answers when a part found some) and its passages.
+fn render_sections(st: &State, sections: &[(Option<String>, Vec<&Fact>)], passages: &[&Passage]) -> String {
     let mut out = String::from(blocks::RECALL_HEADER);
-    for (key, mut group) in groups {
-        group.sort_by(|a, b| b.at.total_cmp(&a.at).then(b.n.cmp(&a.n)));
-        let name = key
-            .and_then(|e| st.entities.get(e as usize))
-            .map_or("Other facts".to_owned(), |e| format!("About {}", e.name));
-        out.push_str(&format!("\n{name}:"));
-        for f in group {
-            out.push_str(&format!(
-                "\n- {} ({}, {})",
-                f.note,
-                turns(f.first_turn, f.last_turn),
-                date(f.at)
-            ));
+    let headed = sections.iter().any(|(part, _)| part.is_some());
+    for (part, facts) in sections {
+        if headed {
+            match part {
+                Some(p) => out.push_str(&format!("\nFor “{p}”:")),
+                None => out.push_str("\nFor the message as a whole:"),
+            }
         }
+        push_groups(&mut out, st, facts);
     }
     if !passages.is_empty() {
         let mut ps: Vec<&&Passage> = passages.iter().collect();
@@ -654,9 +720,66 @@ pub(super) fn render_parts(st: &State, facts: &[&Fact], passages: &[&Passage]) -
     out
 }
 
+/// Facts grouped by the entity they share most among themselves (named for it), each group in
+/// the order its best fact came, newest first within.
+fn push_groups(out: &mut String, st: &State, facts: &[&Fact]) {
+    let mut within: HashMap<u64, usize> = HashMap::new();
+    for f in facts {
+        for e in entities(f) {
+            *within.entry(e).or_default() += 1;
+        }
+    }
+    let mut groups: Vec<(Option<u64>, Vec<&Fact>)> = Vec::new();
+    for f in facts {
+        let key = entities(f).max_by_key(|e| (within.get(e).copied().unwrap_or(0), std::cmp::Reverse(*e)));
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, g)) => g.push(f),
+            None => groups.push((key, vec![f])),
+        }
+    }
+    for (key, mut group) in groups {
+        group.sort_by(|a, b| b.at.total_cmp(&a.at).then(b.n.cmp(&a.n)));
+        let name = key
+            .and_then(|e| st.entities.get(e as usize))
+            .map_or("Other facts".to_owned(), |e| format!("About {}", e.name));
+        out.push_str(&format!("\n{name}:"));
+        for f in group {
+            out.push_str(&format!(
+                "\n- {} ({}, {})",
+                f.note,
+                turns(f.first_turn, f.last_turn),
+                date(f.at)
+            ));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_document_belongs_to_the_part_whose_search_ranked_it_best() {
+        let lists = |v: &[(&str, &[u64])]| -> Vec<(String, Vec<u64>)> {
+            v.iter().map(|(n, k)| (n.to_string(), k.to_vec())).collect()
+        };
+        let l = lists(&[
+            ("words:message", &[4, 2, 5]),
+            ("meaning:message", &[6, 9, 2]),
+            ("meaning:part 1", &[2, 4, 5]),
+            ("words:part 2", &[8, 6]),
+            ("words:recent", &[7]),
+        ]);
+        assert_eq!(part_of(&l, 2), Some(1), "rank 0 in part 1 beats rank 1 for the message");
+        assert_eq!(part_of(&l, 4), None, "the message found it first");
+        assert_eq!(part_of(&l, 6), None, "the message found it first");
+        assert_eq!(part_of(&l, 5), Some(1), "a tie goes to the part");
+        assert_eq!(part_of(&l, 9), None, "no part found it");
+        assert_eq!(part_of(&l, 8), Some(2), "only a part found it");
+        assert_eq!(part_of(&l, 7), None, "the recent conversation is not a part");
+        assert_eq!(excerpt("abcdef", 3), "abc…");
+        assert_eq!(excerpt("abc", 3), "abc");
+    }
 
     #[test]
     fn doc_keys_round_trip() {
