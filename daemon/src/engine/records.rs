@@ -471,6 +471,7 @@ pub struct RecallItem {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct VectorRecord {
     pub model: String,
+    #[serde(with = "compact_vector")]
     pub v: Vec<f32>,
 }
 
@@ -660,6 +661,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn stored_vectors_are_half_floats_and_old_float_arrays_still_read() {
+        let v = VectorRecord {
+            model: "m".into(),
+            v: (0..384).map(|i| ((i as f32) * 0.37).sin() / 19.6).collect(),
+        };
+        let bytes = rmp_serde::to_vec_named(&v).unwrap();
+        assert!(bytes.len() < 800, "{} bytes", bytes.len());
+        let back: VectorRecord = rmp_serde::from_slice(&bytes).unwrap();
+        let cos = crate::models::cosine(&v.v, &back.v);
+        assert!(cos > 0.9999, "{cos}");
+        assert!(v.v.iter().zip(&back.v).all(|(a, b)| (a - b).abs() < 1e-3));
+        // A record written before, with 32-bit floats in an array.
+        #[derive(Serialize)]
+        struct Before<'a> {
+            model: &'a str,
+            v: &'a [f32],
+        }
+        let old = rmp_serde::to_vec_named(&Before { model: "m", v: &v.v }).unwrap();
+        assert_eq!(rmp_serde::from_slice::<VectorRecord>(&old).unwrap(), v);
+        // JSON (an export) keeps plain numbers both ways.
+        let json = serde_json::to_value(&v).unwrap();
+        assert!(json["v"][0].is_number());
+        assert_eq!(serde_json::from_value::<VectorRecord>(json).unwrap(), v);
+    }
+
+    #[test]
     fn job_kind_names_are_the_wire_tags() {
         let kinds = [
             JobKind::ScoreFacts { facts: vec![] },
@@ -675,5 +702,56 @@ mod tests {
         for k in kinds {
             assert_eq!(serde_json::to_value(&k).unwrap()["kind"], k.name());
         }
+    }
+}
+
+/// An embedding as the store keeps it: 16-bit floats in one binary value (768 bytes for
+/// MiniLM's 384 dimensions, against 1,920 as a MessagePack array of 32-bit floats; vectors
+/// were the largest table per stored message on agent traffic). The rounding moves a cosine
+/// by about 0.001. Human-readable forms (an export's JSON) keep plain numbers, and arrays of
+/// 32-bit floats written before are still read.
+pub mod compact_vector {
+    use serde::de::{self, SeqAccess, Visitor};
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[f32], s: S) -> Result<S::Ok, S::Error> {
+        if s.is_human_readable() {
+            return s.collect_seq(v);
+        }
+        let bytes: Vec<u8> = v.iter().flat_map(|x| half::f16::from_f32(*x).to_le_bytes()).collect();
+        s.serialize_bytes(&bytes)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f32>, D::Error> {
+        struct Floats;
+        impl<'de> Visitor<'de> for Floats {
+            type Value = Vec<f32>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an embedding: 16-bit floats as bytes, or an array of numbers")
+            }
+
+            fn visit_bytes<E: de::Error>(self, b: &[u8]) -> Result<Vec<f32>, E> {
+                if b.len() % 2 != 0 {
+                    return Err(E::custom("an odd number of bytes for 16-bit floats"));
+                }
+                Ok(b.chunks_exact(2)
+                    .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+                    .collect())
+            }
+
+            fn visit_byte_buf<E: de::Error>(self, b: Vec<u8>) -> Result<Vec<f32>, E> {
+                self.visit_bytes(&b)
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<f32>, A::Error> {
+                let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+                while let Some(x) = seq.next_element::<f32>()? {
+                    out.push(x);
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_any(Floats)
     }
 }

@@ -22,7 +22,9 @@ use serde::Serialize;
 /// instead of failing on its first compressed value).
 /// 3: the per-memory `decisions` table (an older recalld would leave its entries behind when
 /// it forgets a memory). Older stores are read as they are and marked 3.
-pub const SCHEMA_VERSION: u32 = 3;
+/// 4: embeddings stored as 16-bit floats in one binary value (`records::compact_vector`); the
+/// arrays of 32-bit floats written before are read as they are, and the store is marked 4.
+pub const SCHEMA_VERSION: u32 = 4;
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
 /// Named tables. Keys are built by [`keys`]; values are MessagePack maps.

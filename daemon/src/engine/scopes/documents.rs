@@ -47,7 +47,7 @@ pub struct Document {
 pub struct Chunk {
     pub text: String,
     /// Its embedding (empty without an embedder): kept so the indexes rebuild without a model.
-    #[serde(default)]
+    #[serde(default, with = "crate::engine::records::compact_vector")]
     pub v: Vec<f32>,
 }
 

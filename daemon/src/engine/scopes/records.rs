@@ -213,7 +213,7 @@ pub struct ScopeFact {
     /// Embedding of `text` and its model (empty when no embedder ran).
     #[serde(default)]
     pub model: String,
-    #[serde(default)]
+    #[serde(default, with = "crate::engine::records::compact_vector")]
     pub v: Vec<f32>,
 }
 
@@ -307,6 +307,6 @@ pub struct Routine {
     /// Embedding of `ask` and its model (empty when no embedder ran).
     #[serde(default)]
     pub model: String,
-    #[serde(default)]
+    #[serde(default, with = "crate::engine::records::compact_vector")]
     pub v: Vec<f32>,
 }
