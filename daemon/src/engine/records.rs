@@ -732,7 +732,7 @@ pub mod compact_vector {
             }
 
             fn visit_bytes<E: de::Error>(self, b: &[u8]) -> Result<Vec<f32>, E> {
-                if b.len() % 2 != 0 {
+                if !b.len().is_multiple_of(2) {
                     return Err(E::custom("an odd number of bytes for 16-bit floats"));
                 }
                 Ok(b.chunks_exact(2)
