@@ -165,7 +165,7 @@ fn converse(d: &Daemon, memory: &str) -> Convo {
 }
 
 const QUESTION_TURN: usize = 2;
-const DEADLINE: &str = "[engine]\nrecall_deadline_ms = 60000\n";
+const DEADLINE: &str = "[engine]\nrecall_deadline_ms = 60000\nrecall_search_ms = 60000\n";
 
 fn question() -> String {
     format!(
@@ -383,6 +383,31 @@ fn a_follow_up_finds_the_walk_the_lane_prepared_from_the_previous_exchange() {
     let later = c.decorate(Some("Pizza, I think."), true);
     let p = &later["info"]["recall"]["prepared_walk"];
     assert!(p.is_null() || p["after_seq"] != prepared["after_seq"], "{p}");
+}
+
+/// With no time for searching, recall skips its searches and the walk, says so, and uses what
+/// needs no search: the walk the lane prepared.
+#[test]
+fn past_its_search_budget_recall_skips_what_is_left_and_keeps_the_prepared_walk() {
+    let d = Daemon::start_with_config("[engine]\nrecall_deadline_ms = 60000\nrecall_search_ms = 0\n");
+    let mut c = converse(&d, "hurried");
+    c.now += 60.0;
+    let r = c.decorate(Some(&question()), true);
+    let recall = &r["info"]["recall"];
+    let skipped: Vec<&str> = recall["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    for step in ["words:message", "meaning:message", "walk"] {
+        assert!(skipped.contains(&step), "{step} skipped: {recall}");
+    }
+    let searches = recall["searches"].as_object().unwrap();
+    assert!(searches.keys().all(|s| s == "walk:prepared"), "{recall}");
+    for i in recall["items"].as_array().into_iter().flatten() {
+        assert_eq!(i["searches"], json!(["walk:prepared"]), "{recall}");
+    }
 }
 
 #[test]

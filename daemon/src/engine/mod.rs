@@ -83,6 +83,9 @@ pub struct EngineConfig {
     /// How long decorate waits for the embedder to embed a new user message for recall; past
     /// it, recall searches by words only.
     pub recall_deadline_ms: u64,
+    /// How long recall's searches and walk may take in decorate (after the embedding): a step
+    /// not started by then is skipped (`info.recall.skipped`) and what was found is used.
+    pub recall_search_ms: u64,
     /// The cosine with the message at which something found is relevant enough for its block
     /// to hold back live history (the reserved share of the budget). Below it the block only
     /// takes the room the view leaves. Default: the built-in judge's `walk_related` level,
@@ -115,6 +118,7 @@ impl Default for EngineConfig {
             recall: true,
             recall_tokens: 4_000,
             recall_deadline_ms: 300,
+            recall_search_ms: 100,
             recall_relevant_cosine: 0.56,
             recall_share: 0.5,
             passage_tokens: passages::PASSAGE_TOKENS,

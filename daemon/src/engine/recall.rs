@@ -299,7 +299,14 @@ impl Engine {
             word_queries.push(("words:recent".into(), recent.as_str()));
         }
         let mut errors = Vec::new();
+        // Past the search budget a step is skipped, and recall uses what it found by then.
+        let budget = std::time::Duration::from_millis(self.config.recall_search_ms);
+        let mut skipped: Vec<String> = Vec::new();
         for (name, text) in word_queries {
+            if started.elapsed() > budget {
+                skipped.push(name);
+                continue;
+            }
             match ix.words.search(memory, text, HITS) {
                 Ok(hits) => lists.push((name, hits.into_iter().map(|(k, _)| k).collect())),
                 Err(e) => errors.push(e.to_string()),
@@ -314,6 +321,10 @@ impl Engine {
                 } else {
                     format!("meaning:part {i}")
                 };
+                if started.elapsed() > budget {
+                    skipped.push(name);
+                    continue;
+                }
                 match vix.search(memory, v, HITS) {
                     Ok(hits) => {
                         for &(k, cos) in &hits {
@@ -374,7 +385,12 @@ impl Engine {
 
         // 3. The walk: from the best facts across their entities, one step.
         let walk_started = Instant::now();
-        let walked = self.walk(st, q, &mut candidates);
+        let walked = if started.elapsed() > budget {
+            skipped.push("walk".into());
+            0
+        } else {
+            self.walk(st, q, &mut candidates)
+        };
         let walk_ms = walk_started.elapsed().as_secs_f64() * 1e3;
 
         // 4. The budget: the reserved room when something found is relevant by meaning (or
@@ -453,6 +469,7 @@ impl Engine {
             "searches": lists.iter().map(|(n, k)| (n.clone(), json!(k.len()))).collect::<serde_json::Map<_, _>>(),
             "items": block.as_ref().map(|b| &b.items),
             "errors": errors,
+            "skipped": skipped,
             "ms": {
                 "embed": q.embed_ms,
                 "search": search_ms,
