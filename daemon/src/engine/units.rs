@@ -55,7 +55,10 @@ fn split(sizes: &[u64], rank: &[f64], lo: usize, hi: usize, max: u64, min: u64, 
         return;
     }
     let mut left = 0u64;
-    let mut best: Option<(usize, f64)> = None;
+    // The best-ranked boundary leaving both sides big enough; among boundaries ranked alike
+    // (units not scored yet rank alike), the most balanced, so a cut by size alone halves the
+    // history instead of chipping off the smallest piece allowed again and again.
+    let mut best: Option<(usize, f64, u64)> = None;
     let mut fallback: Option<(usize, u64)> = None; // most balanced cut when none leaves both sides big enough
     for i in lo + 1..hi {
         left += sizes[i - 1];
@@ -64,12 +67,12 @@ fn split(sizes: &[u64], rank: &[f64], lo: usize, hi: usize, max: u64, min: u64, 
         if fallback.is_none_or(|(_, b)| balance > b) {
             fallback = Some((i, balance));
         }
-        if left >= min && right >= min && best.is_none_or(|(_, r)| rank[i] > r) {
-            best = Some((i, rank[i]));
+        if left >= min && right >= min && best.is_none_or(|(_, r, b)| rank[i] > r || (rank[i] == r && balance > b)) {
+            best = Some((i, rank[i], balance));
         }
     }
     let at = best
-        .map(|(i, _)| i)
+        .map(|(i, ..)| i)
         .or(fallback.map(|(i, _)| i))
         .expect("at least two units");
     cuts.push(at);
@@ -84,6 +87,13 @@ mod tests {
     #[test]
     fn fits_means_no_cut() {
         assert!(cut_points(&[10, 10, 10], &[0.0, 0.5, 0.9], 30, 5).is_empty());
+    }
+
+    #[test]
+    fn units_ranked_alike_are_cut_by_size_into_pieces_near_the_largest() {
+        // 16 units of 10, at most 40 an episode, at least 10: halves, then halves again.
+        let cuts = cut_points(&[10; 16], &[0.0; 16], 40, 10);
+        assert_eq!(cuts, vec![4, 8, 12]);
     }
 
     #[test]
