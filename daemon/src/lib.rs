@@ -58,9 +58,9 @@ pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>
             Err(e) => tracing::error!(error = %e, "cannot queue re-embedding"),
         }
     }
-    match engine.queue_index_checks() {
+    match engine.check_indexes() {
         Ok(0) => {}
-        Ok(n) => tracing::info!(memories = n, "search indexes to bring up to the store (in the lanes)"),
+        Ok(n) => tracing::info!(memories = n, "search indexes brought up to the store"),
         Err(e) => tracing::error!(error = %e, "cannot check the search indexes"),
     }
     let listener = server::Listener::open(&settings.socket, settings.socket_mode, settings.socket_group.as_deref())?;

@@ -285,40 +285,11 @@ impl Engine {
         })
     }
 
-    /// Brings every memory's indexes up to the store now, rebuilding those missing (deleted
-    /// while stopped) or ahead of it (a restored backup), and the agents' knowledge bases.
-    /// Reads the store, never writes it. Returns how many memories it touched.
+    /// At start, before serving: brings every memory's indexes up to the store, rebuilding
+    /// those missing (deleted while stopped) or ahead of it (a restored backup). Reads the
+    /// store, never writes it. Returns how many memories it touched.
     pub fn check_indexes(&self) -> Result<usize, EngineError> {
-        let behind = self.indexes_behind()?;
-        for (i, m) in behind.iter().enumerate() {
-            tracing::info!(memory = %m, done = i, of = behind.len(), "bringing search indexes up to the store");
-            self.update_indexes(m)?;
-        }
-        Ok(behind.len() + self.check_document_indexes()?)
-    }
-
-    /// At start, before serving: queues an `Index` job for every memory whose indexes are not
-    /// what the store holds, so the lanes bring them up while the daemon already answers (a
-    /// search meanwhile sees what the indexes held; `quiet` waits for it), and checks the
-    /// agents' knowledge bases now (a daemon stopped with its lanes 6,000 jobs behind took
-    /// 1.95 s to answer its first `hello` when it brought the indexes up first). Returns how
-    /// many memories it queued or touched.
-    pub fn queue_index_checks(&self) -> Result<usize, EngineError> {
-        let behind = self.indexes_behind()?;
-        for m in &behind {
-            let lock = self.lock(m);
-            let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-            let mut st = self.take_state(m, 0.0)?;
-            let at = st.memory.updated_at;
-            st.push_job(super::records::JobKind::Index, at);
-            self.save_and_keep(st)?;
-        }
-        Ok(behind.len() + self.check_document_indexes()?)
-    }
-
-    /// The memories whose indexes hold less or more than the store (or are missing).
-    fn indexes_behind(&self) -> Result<Vec<String>, EngineError> {
-        let Some(ix) = &self.indexes else { return Ok(Vec::new()) };
+        let Some(ix) = &self.indexes else { return Ok(0) };
         let behind: Vec<String> = self.store.read(|r| {
             let mut ids = Vec::new();
             r.visit(Table::Memories, b"", b"", |_, m: MemoryRecord| {
@@ -330,7 +301,12 @@ impl Engine {
             })?;
             Ok(ids)
         })?;
-        Ok(behind)
+        for (i, m) in behind.iter().enumerate() {
+            tracing::info!(memory = %m, done = i, of = behind.len(), "bringing search indexes up to the store");
+            self.update_indexes(m)?;
+        }
+        // The agents' knowledge bases: rebuilt whole when behind.
+        Ok(behind.len() + self.check_document_indexes()?)
     }
 
     /// Throws away a memory's indexes (the memory was forgotten).
