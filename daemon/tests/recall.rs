@@ -382,7 +382,8 @@ fn a_follow_up_finds_the_walk_the_lane_prepared_from_the_previous_exchange() {
     );
     let later = c.decorate(Some("Pizza, I think."), true);
     let p = &later["info"]["recall"]["prepared_walk"];
-    assert!(p.is_null() || p["after_seq"] != prepared["after_seq"], "{p}");
+    assert_eq!(p["ready"], true, "prepared from the lunch exchange: {p}");
+    assert_ne!(p["after_seq"], prepared["after_seq"], "{p}");
 }
 
 /// With no time for searching, recall skips its searches and the walk, says so, and uses what

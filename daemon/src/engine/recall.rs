@@ -648,22 +648,24 @@ fn part_leads<'c, 'a>(
 ) -> Vec<&'c Candidate<'a>> {
     let mut leads: Vec<&Candidate> = Vec::new();
     for i in 1..=parts {
-        let own = [format!("meaning:part {i}")];
+        let name = format!("meaning:part {i}");
+        let Some((_, keys)) = lists.iter().find(|(n, _)| *n == name) else {
+            continue;
+        };
         let mut taken = 0;
-        for rank in 0..HITS {
-            for (_, keys) in lists.iter().filter(|(name, _)| own.contains(name)) {
-                let Some(&key) = keys.get(rank) else {
-                    continue;
-                };
-                if taken < PART_LEADS && !leads.iter().any(|c| c.doc.key() == key) {
-                    let found = candidates
-                        .iter()
-                        .find(|c| c.doc.key() == key && c.cosine.is_some_and(|cos| cos >= relevant));
-                    if let Some(c) = found {
-                        leads.push(c);
-                        taken += 1;
-                    }
-                }
+        for &key in keys {
+            if taken == PART_LEADS {
+                break;
+            }
+            if leads.iter().any(|c| c.doc.key() == key) {
+                continue;
+            }
+            let relevant = candidates
+                .iter()
+                .find(|c| c.doc.key() == key && c.cosine.is_some_and(|cos| cos >= relevant));
+            if let Some(c) = relevant {
+                leads.push(c);
+                taken += 1;
             }
         }
     }
