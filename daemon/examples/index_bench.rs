@@ -95,7 +95,7 @@ fn main() {
 
     let dim = 384;
     for n in [1_000usize, 10_000] {
-        let vectors = Vectors::open(&dir.path().join(format!("v{n}")), dim, "vectors").unwrap();
+        let vectors = Vectors::open(&dir.path().join(format!("v{n}")), dim, "vectors", 4).unwrap();
         let unit = |rng: &mut Rng| {
             let v: Vec<f32> = (0..dim).map(|_| (rng.next() % 2000) as f32 / 1000.0 - 1.0).collect();
             let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
@@ -119,7 +119,7 @@ fn main() {
         vectors.save("m").unwrap();
         let save = t.elapsed().as_secs_f64() * 1e3;
         let t = Instant::now();
-        let again = Vectors::open(&dir.path().join(format!("v{n}")), dim, "vectors").unwrap();
+        let again = Vectors::open(&dir.path().join(format!("v{n}")), dim, "vectors", 4).unwrap();
         assert_eq!(again.ids("m").unwrap().len(), n);
         let load = t.elapsed().as_secs_f64() * 1e3;
         println!(

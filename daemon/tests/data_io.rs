@@ -211,7 +211,7 @@ fn garden(c: &mut recalld::client::Client, memory: &str, turns: u64) -> Vec<Valu
 /// for the forgotten conversation's words (opened only while no daemon runs).
 fn held(root: &std::path::Path, memory: &str) -> (Vec<u64>, Vec<u64>, usize) {
     let words = recalld::index::words::Words::open(root, 8).unwrap();
-    let vectors = recalld::index::vectors::Vectors::open(root, 384, "vectors").unwrap();
+    let vectors = recalld::index::vectors::Vectors::open(root, 384, "vectors", 8).unwrap();
     let (mut w, mut v) = (words.ids(memory).unwrap(), vectors.ids(memory).unwrap());
     w.sort_unstable();
     v.sort_unstable();

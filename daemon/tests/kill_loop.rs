@@ -174,8 +174,8 @@ fn sigkill_at_random_points_loses_no_acknowledged_report_and_duplicates_nothing(
 /// entity index every entity.
 fn check_indexes(root: &std::path::Path, exports: &BTreeMap<String, Value>) {
     let words = recalld::index::words::Words::open(root, 8).unwrap();
-    let vectors = recalld::index::vectors::Vectors::open(root, 384, "vectors").unwrap();
-    let entities = recalld::index::vectors::Vectors::open(root, 384, "entities").unwrap();
+    let vectors = recalld::index::vectors::Vectors::open(root, 384, "vectors", 8).unwrap();
+    let entities = recalld::index::vectors::Vectors::open(root, 384, "entities", 8).unwrap();
     let mut checked = 0;
     for dir in std::fs::read_dir(root).unwrap() {
         let Ok(id) = std::fs::read_to_string(dir.unwrap().path().join("memory.id")) else {

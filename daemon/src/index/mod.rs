@@ -19,6 +19,7 @@
 //! reader (and, while writing, one writer) per active memory: kept bounded by an LRU of open
 //! handles (`open_memories`). Measured figures are in `examples/index_bench.rs`.
 
+mod open;
 pub mod vectors;
 pub mod words;
 
@@ -89,9 +90,21 @@ pub struct Marks {
     pub entities: u64,
 }
 
+impl Marks {
+    /// Whether every mark is at or below `other`'s: an index with these marks only lacks the
+    /// newest documents of a store whose marks are `other`.
+    pub fn within(&self, other: &Marks) -> bool {
+        self.facts <= other.facts && self.passages <= other.passages && self.entities <= other.entities
+    }
+}
+
 const MARKS_FILE: &str = "marks.json";
 /// Memories whose word index stays open at once.
 const OPEN_WORD_INDEXES: usize = 64;
+/// Memories whose vector indexes (recall's, the graph's) stay in RAM at once: about 3 MB each
+/// at 10k stored messages, so a daemon serving a thousand memories holds a few hundred MB of
+/// them, not gigabytes.
+const OPEN_VECTOR_INDEXES: usize = 64;
 
 impl Indexes {
     /// The indexes under `root`, with a vector index of `dim` dimensions when there is an
@@ -100,8 +113,12 @@ impl Indexes {
         Ok(Indexes {
             root: root.to_path_buf(),
             words: words::Words::open(root, OPEN_WORD_INDEXES)?,
-            vectors: dim.map(|d| vectors::Vectors::open(root, d, "vectors")).transpose()?,
-            entities: dim.map(|d| vectors::Vectors::open(root, d, "entities")).transpose()?,
+            vectors: dim
+                .map(|d| vectors::Vectors::open(root, d, "vectors", OPEN_VECTOR_INDEXES))
+                .transpose()?,
+            entities: dim
+                .map(|d| vectors::Vectors::open(root, d, "entities", OPEN_VECTOR_INDEXES))
+                .transpose()?,
         })
     }
 

@@ -14,12 +14,13 @@
 //! memory's index is used under its own lock, one call at a time, so its thread slots (one per
 //! core) are never exhausted.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
 
+use super::open::OpenHandles;
 use super::{ensure_memory_dir, memory_dir, IndexError};
 
 const FIRST_CAPACITY: usize = 64;
@@ -34,7 +35,7 @@ pub struct Vectors {
     dim: usize,
     /// The name of this index's files in each memory directory.
     stem: &'static str,
-    open: Mutex<HashMap<String, Arc<Mutex<Handle>>>>,
+    open: OpenHandles<Handle>,
 }
 
 struct Handle {
@@ -198,14 +199,17 @@ struct Files {
 
 impl Vectors {
     /// Vector indexes of `dim` dimensions (the embedder's) under `root` (e.g. `<data>/index`),
-    /// in files named `stem` (`vectors` for recall's, `entities` for the graph's).
-    pub fn open(root: &Path, dim: usize, stem: &'static str) -> Result<Vectors, IndexError> {
+    /// in files named `stem` (`vectors` for recall's, `entities` for the graph's); at most
+    /// `max_open` memories' indexes are kept in RAM at once (the least recently used one that
+    /// nobody is using and that holds nothing unsaved is dropped first, and loaded again when
+    /// next used).
+    pub fn open(root: &Path, dim: usize, stem: &'static str, max_open: usize) -> Result<Vectors, IndexError> {
         std::fs::create_dir_all(root).map_err(|e| IndexError::io(root, e))?;
         Ok(Vectors {
             root: root.to_path_buf(),
             dim,
             stem,
-            open: Mutex::new(HashMap::new()),
+            open: OpenHandles::new(max_open),
         })
     }
 
@@ -225,13 +229,12 @@ impl Vectors {
     }
 
     fn handle(&self, memory: &str) -> Result<Arc<Mutex<Handle>>, IndexError> {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(h) = open.get(memory) {
-            return Ok(h.clone());
-        }
-        let h = Arc::new(Mutex::new(Handle::load(&self.files(&self.dir(memory)), self.dim)?));
-        open.insert(memory.to_owned(), h.clone());
-        Ok(h)
+        // A handle with unsaved vectors stays open: the lane saves it after each job.
+        self.open.get(
+            memory,
+            || Handle::load(&self.files(&self.dir(memory)), self.dim),
+            |h| !h.dirty,
+        )
     }
 
     fn with<T>(&self, memory: &str, f: impl FnOnce(&mut Handle) -> Result<T, IndexError>) -> Result<T, IndexError> {
@@ -272,14 +275,7 @@ impl Vectors {
 
     /// Writes every changed index to disk (at shutdown).
     pub fn save_all(&self) -> Result<(), IndexError> {
-        let memories: Vec<String> = self
-            .open
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .keys()
-            .cloned()
-            .collect();
-        for m in memories {
+        for (m, _) in self.open.all() {
             self.save(&m)?;
         }
         Ok(())
@@ -297,14 +293,13 @@ impl Vectors {
         }
         fresh.dirty = true;
         fresh.save(&self.files(&ensure_memory_dir(&self.root, memory)?))?;
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        open.insert(memory.to_owned(), Arc::new(Mutex::new(fresh)));
+        self.open.replace(memory, fresh);
         Ok(())
     }
 
     /// Forgets the memory's vector index, in memory and on disk.
     pub fn drop_memory(&self, memory: &str) -> Result<(), IndexError> {
-        self.open.lock().unwrap_or_else(|e| e.into_inner()).remove(memory);
+        self.open.remove(memory);
         let files = self.files(&self.dir(memory));
         for f in [files.index, files.keys] {
             match std::fs::remove_file(&f) {
@@ -339,7 +334,7 @@ mod tests {
     #[test]
     fn nearest_first_with_cosine_scores() {
         let dir = tempfile::tempdir().unwrap();
-        let v = Vectors::open(dir.path(), DIM, "vectors").unwrap();
+        let v = Vectors::open(dir.path(), DIM, "vectors", 8).unwrap();
         v.add("m", 10, &unit(0, 0.0)).unwrap();
         v.add("m", 11, &unit(0, 0.5)).unwrap();
         v.add("m", 12, &unit(3, 0.0)).unwrap();
@@ -351,7 +346,7 @@ mod tests {
     #[test]
     fn a_search_in_one_memory_never_returns_another_memorys_vectors() {
         let dir = tempfile::tempdir().unwrap();
-        let v = Vectors::open(dir.path(), DIM, "vectors").unwrap();
+        let v = Vectors::open(dir.path(), DIM, "vectors", 8).unwrap();
         v.add("a", 1, &unit(0, 0.0)).unwrap();
         v.add("b", 2, &unit(0, 0.0)).unwrap();
         assert_eq!(keys(&v.search("a", &unit(0, 0.0), 10).unwrap()), vec![1]);
@@ -363,8 +358,8 @@ mod tests {
     fn two_stems_in_one_root_are_two_indexes() {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = (
-            Vectors::open(dir.path(), DIM, "vectors").unwrap(),
-            Vectors::open(dir.path(), DIM, "entities").unwrap(),
+            Vectors::open(dir.path(), DIM, "vectors", 8).unwrap(),
+            Vectors::open(dir.path(), DIM, "entities", 8).unwrap(),
         );
         a.add("m", 1, &unit(0, 0.0)).unwrap();
         b.add("m", 2, &unit(0, 0.0)).unwrap();
@@ -372,17 +367,45 @@ mod tests {
         b.save("m").unwrap();
         b.drop_memory("m").unwrap();
         let (a, b) = (
-            Vectors::open(dir.path(), DIM, "vectors").unwrap(),
-            Vectors::open(dir.path(), DIM, "entities").unwrap(),
+            Vectors::open(dir.path(), DIM, "vectors", 8).unwrap(),
+            Vectors::open(dir.path(), DIM, "entities", 8).unwrap(),
         );
         assert_eq!(a.ids("m").unwrap(), vec![1], "dropping one index leaves the other");
         assert!(b.ids("m").unwrap().is_empty());
     }
 
     #[test]
+    fn many_memories_stay_bounded_in_ram_and_unsaved_vectors_are_never_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = Vectors::open(dir.path(), DIM, "vectors", 4).unwrap();
+        // Saved ones are dropped from RAM past the bound and loaded again when used.
+        for m in 0..10u64 {
+            v.add(&format!("m{m}"), m, &unit(m as usize, 0.0)).unwrap();
+            v.save(&format!("m{m}")).unwrap();
+        }
+        assert!(v.open.len() <= 4, "{} open", v.open.len());
+        for m in 0..10u64 {
+            assert_eq!(keys(&v.search(&format!("m{m}"), &unit(m as usize, 0.0), 3).unwrap()), vec![m]);
+        }
+        // Ones with unsaved vectors stay, past the bound, until saved.
+        for m in 10..16u64 {
+            v.add(&format!("m{m}"), m, &unit(m as usize, 0.0)).unwrap();
+        }
+        for m in 10..16u64 {
+            assert_eq!(v.ids(&format!("m{m}")).unwrap(), vec![m], "m{m} kept its unsaved vector");
+        }
+        assert!(v.open.len() >= 6);
+        v.save_all().unwrap();
+        v.add("m0", 100, &unit(0, 0.5)).unwrap();
+        v.save("m0").unwrap();
+        v.search("m1", &unit(1, 0.0), 1).unwrap();
+        assert!(v.open.len() <= 4, "{} open once saved", v.open.len());
+    }
+
+    #[test]
     fn grows_past_its_first_capacity_replaces_and_removes() {
         let dir = tempfile::tempdir().unwrap();
-        let v = Vectors::open(dir.path(), DIM, "vectors").unwrap();
+        let v = Vectors::open(dir.path(), DIM, "vectors", 8).unwrap();
         for k in 0..1000u64 {
             v.add("m", k, &unit(k as usize, (k % 10) as f32 / 10.0)).unwrap();
         }
@@ -402,14 +425,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let queries: Vec<Vec<f32>> = (0..5).map(|i| unit(i, 0.3)).collect();
         let before: Vec<_> = {
-            let v = Vectors::open(dir.path(), DIM, "vectors").unwrap();
+            let v = Vectors::open(dir.path(), DIM, "vectors", 8).unwrap();
             for k in 0..100u64 {
                 v.add("m", k, &unit(k as usize, k as f32 / 100.0)).unwrap();
             }
             v.save_all().unwrap();
             queries.iter().map(|q| v.search("m", q, 10).unwrap()).collect()
         };
-        let v = Vectors::open(dir.path(), DIM, "vectors").unwrap();
+        let v = Vectors::open(dir.path(), DIM, "vectors", 8).unwrap();
         assert_eq!(v.ids("m").unwrap(), (0..100).collect::<Vec<_>>());
         let after: Vec<_> = queries.iter().map(|q| v.search("m", q, 10).unwrap()).collect();
         assert_eq!(before, after);
@@ -422,15 +445,15 @@ mod tests {
     fn an_index_of_another_dimension_or_with_wrong_keys_counts_as_empty() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let v = Vectors::open(dir.path(), DIM, "vectors").unwrap();
+            let v = Vectors::open(dir.path(), DIM, "vectors", 8).unwrap();
             v.add("m", 1, &unit(0, 0.0)).unwrap();
             v.add("n", 1, &unit(0, 0.0)).unwrap();
             v.save_all().unwrap();
         }
-        let v = Vectors::open(dir.path(), 16, "vectors").unwrap();
+        let v = Vectors::open(dir.path(), 16, "vectors", 8).unwrap();
         assert!(v.ids("m").unwrap().is_empty(), "a model change makes the index stale");
         std::fs::write(memory_dir(dir.path(), "n").join("vectors.keys"), 9u64.to_le_bytes()).unwrap();
-        let v = Vectors::open(dir.path(), DIM, "vectors").unwrap();
+        let v = Vectors::open(dir.path(), DIM, "vectors", 8).unwrap();
         assert!(v.ids("n").unwrap().is_empty(), "keys that do not match are not trusted");
         assert_eq!(v.ids("m").unwrap(), vec![1]);
     }
@@ -441,7 +464,7 @@ mod tests {
         let pairs: Vec<(u64, Vec<f32>)> = (0..64u64).map(|k| (k, unit(k as usize, k as f32 / 64.0))).collect();
         let queries: Vec<Vec<f32>> = (0..4).map(|i| unit(i * 2, 0.2)).collect();
         let before: Vec<_> = {
-            let v = Vectors::open(dir.path(), DIM, "vectors").unwrap();
+            let v = Vectors::open(dir.path(), DIM, "vectors", 8).unwrap();
             for (k, x) in &pairs {
                 v.add("m", *k, x).unwrap();
             }
@@ -449,14 +472,14 @@ mod tests {
             queries.iter().map(|q| keys(&v.search("m", q, 5).unwrap())).collect()
         };
         std::fs::remove_dir_all(memory_dir(dir.path(), "m")).unwrap();
-        let v = Vectors::open(dir.path(), DIM, "vectors").unwrap();
+        let v = Vectors::open(dir.path(), DIM, "vectors", 8).unwrap();
         let truth: Vec<u64> = pairs.iter().map(|p| p.0).collect();
         assert_eq!(super::super::diff(&v.ids("m").unwrap(), &truth).missing, truth);
         v.rebuild("m", pairs.iter().map(|(k, x)| (*k, x.as_slice()))).unwrap();
         let after: Vec<_> = queries.iter().map(|q| keys(&v.search("m", q, 5).unwrap())).collect();
         assert_eq!(before, after);
         // And the rebuilt index was saved: a fresh open sees it.
-        let v = Vectors::open(dir.path(), DIM, "vectors").unwrap();
+        let v = Vectors::open(dir.path(), DIM, "vectors", 8).unwrap();
         assert_eq!(v.ids("m").unwrap(), truth);
     }
 }

@@ -14,7 +14,7 @@
 //! tokens become plain terms, so any text (quotes, colons, brackets, emoji) searches and none
 //! errors.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -24,6 +24,7 @@ use tantivy::schema::{Field, IndexRecordOption, NumericOptions, Schema, TextFiel
 use tantivy::tokenizer::{Language, LowerCaser, Stemmer, TextAnalyzer, Token, TokenStream, Tokenizer};
 use tantivy::{doc, Index, IndexReader, IndexWriter, ReloadPolicy, Term};
 
+use super::open::OpenHandles;
 use super::{ensure_memory_dir, memory_dir, IndexError};
 
 const TOKENIZER: &str = "recalld_words";
@@ -41,14 +42,7 @@ fn err(e: impl std::fmt::Display) -> IndexError {
 /// BM25 word indexes of every memory under one root directory.
 pub struct Words {
     root: PathBuf,
-    max_open: usize,
-    open: Mutex<Open>,
-}
-
-#[derive(Default)]
-struct Open {
-    handles: HashMap<String, Arc<Mutex<Handle>>>,
-    order: VecDeque<String>,
+    open: OpenHandles<Handle>,
 }
 
 /// One memory's open index.
@@ -215,8 +209,7 @@ impl Words {
         std::fs::create_dir_all(root).map_err(|e| IndexError::io(root, e))?;
         Ok(Words {
             root: root.to_path_buf(),
-            max_open: max_open.max(1),
-            open: Mutex::new(Open::default()),
+            open: OpenHandles::new(max_open),
         })
     }
 
@@ -225,27 +218,15 @@ impl Words {
     }
 
     fn handle(&self, memory: &str) -> Result<Arc<Mutex<Handle>>, IndexError> {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        open.order.retain(|m| m != memory);
-        open.order.push_back(memory.to_owned());
-        if let Some(h) = open.handles.get(memory) {
-            return Ok(h.clone());
-        }
-        ensure_memory_dir(&self.root, memory)?;
-        let h = Arc::new(Mutex::new(Handle::open(&self.dir(memory))?));
-        open.handles.insert(memory.to_owned(), h.clone());
-        // Close the least recently used handles nobody is using (closing commits them).
-        let mut i = 0;
-        while open.handles.len() > self.max_open && i < open.order.len() {
-            let m = open.order[i].clone();
-            if m != memory && open.handles.get(&m).is_some_and(|h| Arc::strong_count(h) == 1) {
-                open.handles.remove(&m);
-                open.order.remove(i);
-            } else {
-                i += 1;
-            }
-        }
-        Ok(h)
+        // Closing a handle commits what it staged, so any idle one may be closed.
+        self.open.get(
+            memory,
+            || {
+                ensure_memory_dir(&self.root, memory)?;
+                Handle::open(&self.dir(memory))
+            },
+            |_| true,
+        )
     }
 
     fn with<T>(&self, memory: &str, f: impl FnOnce(&mut Handle) -> Result<T, IndexError>) -> Result<T, IndexError> {
@@ -299,13 +280,11 @@ impl Words {
 
     /// Closes and deletes the memory's word index (it can be rebuilt from the store).
     pub fn drop_memory(&self, memory: &str) -> Result<(), IndexError> {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(h) = open.handles.remove(memory) {
+        if let Some(h) = self.open.remove(memory) {
             // Nothing staged is worth keeping in an index about to be deleted.
             h.lock().unwrap_or_else(|e| e.into_inner()).staged = false;
             drop(h);
         }
-        open.order.retain(|m| m != memory);
         let dir = self.dir(memory);
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => Ok(()),
@@ -316,11 +295,7 @@ impl Words {
 
     /// Commits every open memory's staged writes (at shutdown).
     pub fn commit_all(&self) -> Result<(), IndexError> {
-        let handles: Vec<_> = {
-            let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-            open.handles.values().cloned().collect()
-        };
-        for h in handles {
+        for (_, h) in self.open.all() {
             h.lock().unwrap_or_else(|e| e.into_inner()).commit()?;
         }
         Ok(())
@@ -571,7 +546,7 @@ mod tests {
                 w.add(&format!("m{m}"), m, &format!("doc of memory {m}")).unwrap();
                 w.commit(&format!("m{m}")).unwrap();
             }
-            assert!(w.open.lock().unwrap().handles.len() <= 4);
+            assert!(w.open.len() <= 4);
         }
         let w = words_in(dir.path());
         for m in 0..10u64 {
