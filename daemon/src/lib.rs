@@ -58,11 +58,16 @@ pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>
             Err(e) => tracing::error!(error = %e, "cannot queue re-embedding"),
         }
     }
-    match engine.check_indexes() {
-        Ok(0) => {}
-        Ok(n) => tracing::info!(memories = n, "search indexes brought up to the store"),
-        Err(e) => tracing::error!(error = %e, "cannot check the search indexes"),
-    }
+    // Finding indexes behind the store is a read of the memories table; catching them up can
+    // take seconds over much data, so it runs once the socket is open (recall skips a memory
+    // until its indexes are caught up; its lane catches it up first).
+    let behind = match engine.find_indexes_behind() {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot check the search indexes");
+            0
+        }
+    };
     let listener = server::Listener::open(&settings.socket, settings.socket_mode, settings.socket_group.as_deref())?;
     tracing::info!(socket = %listener.display, data = %settings.data_dir.display(), "listening");
     println!(
@@ -76,6 +81,19 @@ pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>
         settings.engine.lane_workers,
         settings.engine.lane_model_threads,
     );
+    if behind > 0 {
+        let e = engine.clone();
+        let spawned = std::thread::Builder::new()
+            .name("recalld-index-catch-up".into())
+            .spawn(move || {
+                let n = e.catch_up_indexes();
+                tracing::info!(memories = n, "search indexes brought up to the store");
+            });
+        if let Err(e) = spawned {
+            // Each memory's lane still catches its indexes up before its next job.
+            tracing::error!(error = %e, "cannot start the index catch-up thread");
+        }
+    }
     let timer = tokio::spawn(scopes_timer(engine.clone()));
     let mut state = server::AppState::new(engine, &settings);
     state.namespaces = namespaces;

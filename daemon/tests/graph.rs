@@ -12,7 +12,7 @@ use recalld::engine::{Engine, EngineConfig};
 use recalld::lanes::Lanes;
 use recalld::models::{BoundaryScore, CallCtx, Judge, ModelError, Models, ModelsConfig, NamePair, Relation, WalkLevel};
 use recalld::store::{Store, StoreOptions, Table};
-use recalld_protocol::ops::ReportArgs;
+use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
 use serde_json::{json, Value};
 
 struct Setup {
@@ -402,6 +402,68 @@ fn names_are_resolved_through_the_entity_index_which_is_rebuilt_from_the_store()
         entity_of(&export, 15, "subject"),
         "Priya by her name"
     );
+}
+
+/// A dry-run decorate of one new user message; its `info.recall`.
+fn recall_info(engine: &Engine, memory: &str, text: &str, now: f64) -> Value {
+    let out = engine
+        .decorate(DecorateArgs {
+            memory: memory.into(),
+            request: json!({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}),
+            now: Some(now),
+            dry_run: true,
+            ceiling: None,
+            agent: None,
+            user: None,
+            history: HistoryMode::Delta,
+        })
+        .unwrap();
+    out.info["recall"].clone()
+}
+
+#[test]
+fn indexes_found_behind_at_start_are_caught_up_after_it_and_not_searched_while_rebuilt() {
+    let mut s = setup();
+    note(
+        &s,
+        "x",
+        vec![
+            fact("Amara moved to Lisbon in May.", "Amara", "Lisbon"),
+            fact("Bruno keeps bees on his roof.", "Bruno", "bees"),
+        ],
+        1000.0,
+    );
+    // Fact 0, Amara's move, among the block's items.
+    let found = |info: &Value| {
+        info["items"]
+            .as_array()
+            .is_some_and(|items| items.iter().any(|i| i["kind"] == "fact" && i["n"] == 0))
+    };
+    assert!(found(&recall_info(&s.engine, "x", "Where did Amara move?", 2000.0)));
+    let tmp = s.dir.take().unwrap();
+    let dir = tmp.path().to_owned();
+    drop(s);
+
+    // Deleted while stopped: the start finds them and only marks them (the socket would open
+    // now); recall searches nothing until they are rebuilt, and says so; quiet counts them.
+    std::fs::remove_dir_all(dir.join("index")).unwrap();
+    let store = Arc::new(Store::open(&dir, &StoreOptions::default()).unwrap());
+    let cfg: ModelsConfig = toml::from_str(&format!("[embedder]\npath = {:?}\n", util::model_dir())).unwrap();
+    let engine = Engine::new(store, Some(Models::load(&cfg, &dir).unwrap()), EngineConfig::default());
+    assert_eq!(engine.find_indexes_behind().unwrap(), 1);
+    assert_eq!(engine.quiet("x", 0).unwrap()["jobs"], 1, "quiet waits for the catch-up");
+    let before = recall_info(&engine, "x", "Where did Amara move?", 2000.0);
+    assert!(!found(&before), "{before:#}");
+    assert!(
+        before["skipped"].to_string().contains("indexes"),
+        "says why nothing was searched: {before:#}"
+    );
+
+    // The catch-up (a thread after the socket opens) rebuilds them: recall finds it again.
+    assert_eq!(engine.catch_up_indexes(), 1);
+    assert_eq!(engine.quiet("x", 0).unwrap()["jobs"], 0);
+    let after = recall_info(&engine, "x", "Where did Amara move?", 2000.0);
+    assert!(found(&after), "{after:#}");
 }
 
 /// The built-in judge, except that it says yes to every pair of close names and records the

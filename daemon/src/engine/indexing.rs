@@ -140,7 +140,7 @@ impl Engine {
             return Ok(());
         }
         let from = match held {
-            Some(m) if m.facts <= truth.facts && m.passages <= truth.passages && m.entities <= truth.entities => m,
+            Some(m) if m.within(&truth) => m,
             _ => {
                 tracing::info!(memory, "rebuilding the memory's search indexes from the store");
                 ix.drop_memory(memory).map_err(index_error)?;
@@ -285,28 +285,80 @@ impl Engine {
         })
     }
 
-    /// At start, before serving: brings every memory's indexes up to the store, rebuilding
-    /// those missing (deleted while stopped) or ahead of it (a restored backup). Reads the
-    /// store, never writes it. Returns how many memories it touched.
-    pub fn check_indexes(&self) -> Result<usize, EngineError> {
+    /// At start, before serving: finds the memories whose indexes are behind the store (or
+    /// missing: deleted while stopped) or ahead of it (a restored backup) and marks them for
+    /// [`Engine::catch_up_indexes`], which runs once the socket is open, so a daemon over much
+    /// data answers at once. The agents' knowledge bases are rebuilt here, whole, when behind.
+    /// Reads the store, never writes it. Returns how many memories and agents it found.
+    pub fn find_indexes_behind(&self) -> Result<usize, EngineError> {
         let Some(ix) = &self.indexes else { return Ok(0) };
-        let behind: Vec<String> = self.store.read(|r| {
+        let behind: Vec<(String, bool)> = self.store.read(|r| {
             let mut ids = Vec::new();
             r.visit(Table::Memories, b"", b"", |_, m: MemoryRecord| {
                 let truth = marks_of(&m);
-                if truth != Marks::default() && ix.marks(&m.id) != Some(truth) {
-                    ids.push(m.id);
+                let held = ix.marks(&m.id);
+                if truth != Marks::default() && held != Some(truth) {
+                    ids.push((m.id, held.is_some_and(|h| h.within(&truth))));
                 }
                 Ok(true)
             })?;
             Ok(ids)
         })?;
-        for (i, m) in behind.iter().enumerate() {
-            tracing::info!(memory = %m, done = i, of = behind.len(), "bringing search indexes up to the store");
-            self.update_indexes(m)?;
+        let found = behind.len();
+        self.behind().extend(behind);
+        Ok(found + self.check_document_indexes()?)
+    }
+
+    /// Brings every memory [`Engine::find_indexes_behind`] marked up to the store, one after
+    /// another, logging progress. One that fails stays marked (its lane tries again before its
+    /// next job). Returns how many it caught up.
+    pub fn catch_up_indexes(&self) -> usize {
+        let behind: Vec<String> = self.behind().keys().cloned().collect();
+        let mut done = 0;
+        for (i, memory) in behind.iter().enumerate() {
+            tracing::info!(memory = %memory, done = i, of = behind.len(), "bringing search indexes up to the store");
+            match self.settle_indexes(memory) {
+                Ok(()) => done += 1,
+                Err(e) => tracing::error!(memory = %memory, error = %e, "cannot bring the search indexes up to the store"),
+            }
         }
-        // The agents' knowledge bases: rebuilt whole when behind.
-        Ok(behind.len() + self.check_document_indexes()?)
+        done
+    }
+
+    /// Both at once: what a test or tool that does not serve uses.
+    pub fn check_indexes(&self) -> Result<usize, EngineError> {
+        let found = self.find_indexes_behind()?;
+        self.catch_up_indexes();
+        match self.behind().keys().next() {
+            Some(m) => Err(EngineError::Index(format!("cannot bring the indexes of {m} up to the store"))),
+            None => Ok(found),
+        }
+    }
+
+    /// Brings the memory's indexes up to the store if the start found them behind (its lane
+    /// calls this before each job, the catch-up thread for every such memory).
+    pub(super) fn settle_indexes(&self, memory: &str) -> Result<(), EngineError> {
+        if self.behind().contains_key(memory) {
+            self.update_indexes(memory)?;
+            self.behind().remove(memory);
+        }
+        Ok(())
+    }
+
+    /// Whether the memory's indexes are still being caught up with the store.
+    pub(super) fn indexes_behind(&self, memory: &str) -> bool {
+        self.behind().contains_key(memory)
+    }
+
+    /// Whether the memory's indexes may be searched: not when the start found them ahead of
+    /// the store (a restored backup) or gone, until they are rebuilt; ones that only lack the
+    /// newest documents are searched as they are.
+    pub(super) fn indexes_searchable(&self, memory: &str) -> bool {
+        self.behind().get(memory).is_none_or(|s| *s)
+    }
+
+    fn behind(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<String, bool>> {
+        self.indexes_behind.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Throws away a memory's indexes (the memory was forgotten).

@@ -123,6 +123,9 @@ impl Engine {
     /// Runs the oldest queued job of `memory`, if any; returns whether one ran. Only one lane
     /// worker runs a memory's jobs at a time (see `lanes`), so a job is applied once.
     pub fn run_next_job(&self, memory: &str) -> Result<bool, EngineError> {
+        // Jobs read and write the memory's indexes (the graph resolves names through them):
+        // ones the start found behind the store are caught up first.
+        self.settle_indexes(memory)?;
         let Some(job) = self.store.read(|r| state::oldest_job(r, memory))? else {
             return Ok(false);
         };

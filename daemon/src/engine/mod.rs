@@ -193,6 +193,11 @@ pub struct Engine {
     /// without the memory's lock, and `forget_memory` must not race it (a write after the drop
     /// would leave documents of a memory the store no longer has).
     index_locks: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// Memories whose indexes the start found behind the store and that are not caught up yet
+    /// (a thread does it once the socket is open; their lane does it before its next job, and
+    /// `quiet` waits for it), each with whether its indexes may be searched meanwhile: true
+    /// when they only lack the newest documents, false when they must be rebuilt.
+    indexes_behind: Mutex<std::collections::BTreeMap<String, bool>>,
     notify: Mutex<Option<std::sync::mpsc::Sender<String>>>,
     /// Loaded states of recently used memories, equal to what the store holds: every op that
     /// writes a memory saves through its state under the memory's lock, then puts it back.
@@ -259,6 +264,7 @@ impl Engine {
             config,
             locks: Mutex::new(HashMap::new()),
             index_locks: Mutex::new(HashMap::new()),
+            indexes_behind: Mutex::default(),
             notify: Mutex::new(None),
             cache: Mutex::default(),
             note_costs,

@@ -19,7 +19,8 @@ impl Engine {
     /// Waits up to `timeout_ms` until the memory's queued jobs (the `jobs` table under its
     /// prefix) are all done or parked; returns `{"jobs": remaining, "parked": n}` (jobs 0 when
     /// quiet, more on a timeout). A parked job no longer runs, so waiting for it would only
-    /// wait out the timeout. A job stays in the table until the transaction applying its
+    /// wait out the timeout. Search indexes still being caught up with the store after a start
+    /// count as a job. A job stays in the table until the transaction applying its
     /// result commits, so 0 means every result is visible to the next op.
     pub fn quiet(&self, memory: &str, timeout_ms: u64) -> Result<Value, EngineError> {
         if timeout_ms > MAX_QUIET_MS {
@@ -42,6 +43,8 @@ impl Engine {
                 })?;
                 Ok((jobs, parked))
             })?;
+            // Indexes the start found behind count as one job until they are caught up.
+            let jobs = jobs + u64::from(self.indexes_behind(memory));
             if jobs == 0 || Instant::now() >= deadline {
                 return Ok(json!({ "jobs": jobs, "parked": parked }));
             }

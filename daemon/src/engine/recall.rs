@@ -302,8 +302,14 @@ impl Engine {
         // Past the search budget a step is skipped, and recall uses what it found by then.
         let budget = std::time::Duration::from_millis(self.config.recall_search_ms);
         let mut skipped: Vec<String> = Vec::new();
+        // Indexes the start found ahead of the store may hold documents it no longer has (a
+        // restored backup): not searched until they are rebuilt.
+        let catching_up = !self.indexes_searchable(memory);
+        if catching_up {
+            skipped.push("indexes (being rebuilt from the store after a start)".into());
+        }
         for (name, text) in word_queries {
-            if started.elapsed() > budget {
+            if catching_up || started.elapsed() > budget {
                 skipped.push(name);
                 continue;
             }
@@ -321,7 +327,7 @@ impl Engine {
                 } else {
                     format!("meaning:part {i}")
                 };
-                if started.elapsed() > budget {
+                if catching_up || started.elapsed() > budget {
                     skipped.push(name);
                     continue;
                 }
