@@ -440,25 +440,38 @@ impl Engine {
             used += cost(c);
             chosen.push(c);
         }
-        let mut block = None;
-        while !chosen.is_empty() {
-            let text = render(st, &chosen, &lists, &q.parts);
+        // The rendered block (headings, groups, dates) costs more than the items' estimates:
+        // keep the longest prefix of the chosen items that renders within the budget. A render
+        // only grows with the items, so a binary search finds it in a few renders (tokenizing
+        // one is about a millisecond), not one per dropped item.
+        let rendered = |k: usize| {
+            let text = render(st, &chosen[..k], &lists, &q.parts);
             let cost = tokens::text_tokens(&text) as u64 + 4;
+            (text, cost)
+        };
+        let mut fits = None;
+        let (mut lo, mut hi) = (0, chosen.len());
+        while lo < hi {
+            // Try the top of the range first: the whole choice usually fits.
+            let k = if fits.is_none() && hi == chosen.len() { hi } else { (lo + hi).div_ceil(2) };
+            let (text, cost) = rendered(k);
             if cost <= budget {
-                block = Some(RecallBlock {
-                    seq,
-                    turn: st.memory.turn,
-                    at: now,
-                    text,
-                    tokens: cost,
-                    items: chosen.iter().map(|c| item(c)).collect(),
-                    distilled: false,
-                    across: None,
-                });
-                break;
+                lo = k;
+                fits = Some((k, text, cost));
+            } else {
+                hi = k - 1;
             }
-            chosen.pop();
         }
+        let block = fits.map(|(k, text, cost)| RecallBlock {
+            seq,
+            turn: st.memory.turn,
+            at: now,
+            text,
+            tokens: cost,
+            items: chosen[..k].iter().map(|c| item(c)).collect(),
+            distilled: false,
+            across: None,
+        });
         let info = json!({
             "budget": budget,
             "room": {"free": room.free, "reserved": room.reserved},
