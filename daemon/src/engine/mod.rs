@@ -25,6 +25,8 @@ mod pairing;
 mod passages;
 mod quiet;
 mod recall;
+#[cfg(test)]
+mod recall_scale;
 pub mod records;
 mod retry;
 pub mod scopes;
@@ -364,9 +366,23 @@ impl Engine {
         let query = self.recall_query(&args.memory, &parsed, args.agent.as_deref());
         let lock = self.lock(&args.memory);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-        // A dry run works on a fresh copy from the store and keeps nothing.
+        // A dry run works on a copy and keeps nothing: of the cached state (equal to the
+        // store) when there is one, else loaded.
         let mut st = if args.dry_run {
-            self.store.read(|r| State::load(r, &args.memory, now))?
+            let cached = {
+                let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+                cache.states.get(&args.memory).cloned()
+            };
+            match cached {
+                Some(st) => st,
+                None => {
+                    let st = self.store.read(|r| State::load(r, &args.memory, now))?;
+                    if st.existed {
+                        self.keep(st.clone());
+                    }
+                    st
+                }
+            }
         } else {
             self.take_state(&args.memory, now)?
         };
