@@ -162,6 +162,9 @@ test("the inspector shows a replayed conversation and an agent's memory in Chrom
   await page.click("#agent-open");
   await page.waitForSelector("#facts .fact-row");
   await page.waitForSelector("#audit .audit-row");
+  // The readiness line comes from its own call (`doctor`, which asks the models), filled
+  // whenever it answers: wait for it rather than for the facts and the audit log.
+  await page.waitForFunction(() => document.querySelector("#readiness").textContent.trim() !== "");
   assert.match(await page.locator("#readiness").innerText(), /policy knowledge_worker/);
   const tiers = await page.$$eval("#facts .fact-row td:nth-child(3)", (els) => els.map((e) => e.textContent));
   assert.ok(tiers.includes("semantic") && tiers.includes("episodic"), `tiers: ${tiers}`);
