@@ -319,7 +319,9 @@ impl Engine {
             tracing::info!(memory = %memory, done = i, of = behind.len(), "bringing search indexes up to the store");
             match self.settle_indexes(memory) {
                 Ok(()) => done += 1,
-                Err(e) => tracing::error!(memory = %memory, error = %e, "cannot bring the search indexes up to the store"),
+                Err(e) => {
+                    tracing::error!(memory = %memory, error = %e, "cannot bring the search indexes up to the store")
+                }
             }
         }
         done
@@ -330,7 +332,9 @@ impl Engine {
         let found = self.find_indexes_behind()?;
         self.catch_up_indexes();
         match self.behind().keys().next() {
-            Some(m) => Err(EngineError::Index(format!("cannot bring the indexes of {m} up to the store"))),
+            Some(m) => Err(EngineError::Index(format!(
+                "cannot bring the indexes of {m} up to the store"
+            ))),
             None => Ok(found),
         }
     }

@@ -560,7 +560,9 @@ impl Engine {
             let unholdable = measure.view.saturating_sub(holdable);
             let room = recall::Room {
                 free,
-                reserved: unused.max(reserve).min(measure.budget.history.saturating_sub(unholdable)),
+                reserved: unused
+                    .max(reserve)
+                    .min(measure.budget.history.saturating_sub(unholdable)),
             };
             let has_own = self.indexes.is_some() && (st.memory.next_fact > 0 || st.memory.next_passage > 0);
             let recalled = if has_own {

@@ -451,9 +451,9 @@ impl Engine {
         };
         let mut fits = None;
         let (mut lo, mut hi) = (0, chosen.len());
+        // The whole choice usually fits: try it first.
+        let mut k = hi;
         while lo < hi {
-            // Try the top of the range first: the whole choice usually fits.
-            let k = if fits.is_none() && hi == chosen.len() { hi } else { (lo + hi).div_ceil(2) };
             let (text, cost) = rendered(k);
             if cost <= budget {
                 lo = k;
@@ -461,6 +461,7 @@ impl Engine {
             } else {
                 hi = k - 1;
             }
+            k = (lo + hi).div_ceil(2);
         }
         let block = fits.map(|(k, text, cost)| RecallBlock {
             seq,

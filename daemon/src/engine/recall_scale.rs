@@ -35,23 +35,82 @@ const PEOPLE: [&str; 40] = [
     "Nico",
 ];
 const PLACES: [&str; 30] = [
-    "Lisbon", "Oslo", "Nairobi", "Kyoto", "Quito", "Tbilisi", "Perth", "Reykjavik", "Hanoi", "Accra", "Bergen",
-    "Cusco", "Dakar", "Fes", "Galway", "Hobart", "Izmir", "Jaipur", "Kaunas", "Lyon", "the lake house", "the office",
-    "the gym", "the library", "the farmers market", "the school", "the hospital", "the beach", "the museum",
+    "Lisbon",
+    "Oslo",
+    "Nairobi",
+    "Kyoto",
+    "Quito",
+    "Tbilisi",
+    "Perth",
+    "Reykjavik",
+    "Hanoi",
+    "Accra",
+    "Bergen",
+    "Cusco",
+    "Dakar",
+    "Fes",
+    "Galway",
+    "Hobart",
+    "Izmir",
+    "Jaipur",
+    "Kaunas",
+    "Lyon",
+    "the lake house",
+    "the office",
+    "the gym",
+    "the library",
+    "the farmers market",
+    "the school",
+    "the hospital",
+    "the beach",
+    "the museum",
     "the studio",
 ];
 const DOINGS: [&str; 30] = [
-    "went hiking", "painted a mural", "adopted a puppy", "started a pottery class", "ran a half marathon",
-    "baked sourdough", "volunteered at a shelter", "bought a used car", "planted tomatoes", "learned to surf",
-    "had a job interview", "moved apartments", "joined a choir", "fixed a bicycle", "wrote a short story",
-    "visited their grandmother", "lost their keys", "hosted a dinner party", "took a photography course",
-    "signed up for yoga", "read a novel about whales", "repaired the roof", "went camping", "met an old friend",
-    "got a promotion", "started therapy", "played chess in a tournament", "sold old furniture", "learned Spanish",
+    "went hiking",
+    "painted a mural",
+    "adopted a puppy",
+    "started a pottery class",
+    "ran a half marathon",
+    "baked sourdough",
+    "volunteered at a shelter",
+    "bought a used car",
+    "planted tomatoes",
+    "learned to surf",
+    "had a job interview",
+    "moved apartments",
+    "joined a choir",
+    "fixed a bicycle",
+    "wrote a short story",
+    "visited their grandmother",
+    "lost their keys",
+    "hosted a dinner party",
+    "took a photography course",
+    "signed up for yoga",
+    "read a novel about whales",
+    "repaired the roof",
+    "went camping",
+    "met an old friend",
+    "got a promotion",
+    "started therapy",
+    "played chess in a tournament",
+    "sold old furniture",
+    "learned Spanish",
     "built a bookshelf",
 ];
 const WHEN: [&str; 12] = [
-    "last Monday", "in May", "over the weekend", "two weeks ago", "on her birthday", "in the summer",
-    "after work", "early in the morning", "during the holidays", "in 2022", "yesterday", "last autumn",
+    "last Monday",
+    "in May",
+    "over the weekend",
+    "two weeks ago",
+    "on her birthday",
+    "in the summer",
+    "after work",
+    "early in the morning",
+    "during the holidays",
+    "in 2022",
+    "yesterday",
+    "last autumn",
 ];
 
 /// A small deterministic generator (xorshift), so every run writes the same memory.
@@ -107,7 +166,10 @@ fn recall_at_scale() {
     println!("|---|---|---|---|---|---|---|---|---|");
     // `RECALLD_SCALES=10000` runs one size only.
     let scales = std::env::var("RECALLD_SCALES").unwrap_or_else(|_| "1000,10000,100000".into());
-    for n in scales.split(',').map(|s| s.trim().parse::<u64>().expect("RECALLD_SCALES: numbers")) {
+    for n in scales
+        .split(',')
+        .map(|s| s.trim().parse::<u64>().expect("RECALLD_SCALES: numbers"))
+    {
         one_scale(&model_dir, n);
     }
 }
@@ -150,7 +212,12 @@ fn one_scale(model_dir: &str, n: u64) {
         let p = (i % 1_000) as usize;
         let role = if i % 2 == 0 { Role::User } else { Role::Assistant };
         let text = format!("{} ({i})", pool_texts[p]);
-        let m = StoredMessage::new(&st.memory, Message::new(Format::ChatCompletions, role, &text), at, Source::Request);
+        let m = StoredMessage::new(
+            &st.memory,
+            Message::new(Format::ChatCompletions, role, &text),
+            at,
+            Source::Request,
+        );
         if role == Role::User {
             st.memory.turn = m.turn;
         }
@@ -192,7 +259,14 @@ fn one_scale(model_dir: &str, n: u64) {
             let pn = passage.n;
             st.push_passages(vec![passage]);
             let v = near(&pool[p], &mut rng);
-            st.put_vector(VectorKind::Passage, pn, VectorRecord { model: model.clone(), v });
+            st.put_vector(
+                VectorKind::Passage,
+                pn,
+                VectorRecord {
+                    model: model.clone(),
+                    v,
+                },
+            );
         }
         // A fact about this message's sentence, between two entities.
         let mut f = Fact::new(&pool_texts[p], "", "", false, at);
@@ -208,7 +282,14 @@ fn one_scale(model_dir: &str, n: u64) {
         let fact = st.push_fact(f);
         st.put_edge(a, fact, b);
         let v = near(&pool[p], &mut rng);
-        st.put_vector(VectorKind::Fact, fact, VectorRecord { model: model.clone(), v });
+        st.put_vector(
+            VectorKind::Fact,
+            fact,
+            VectorRecord {
+                model: model.clone(),
+                v,
+            },
+        );
         if i % 5_000 == 4_999 || i + 1 == n {
             store.write(|w| st.save(w)).unwrap();
             st.mark_saved();
@@ -258,8 +339,15 @@ fn one_scale(model_dir: &str, n: u64) {
                 .unwrap();
             let ms = t.elapsed().as_secs_f64() * 1e3;
             let r = &out.info["recall"];
-            assert!(r["items"].as_array().is_some_and(|i| !i.is_empty()), "recall found nothing: {r:#}");
-            assert_eq!(r["prepared_walk"]["ready"].as_bool().unwrap_or(false), prepared, "{r:#}");
+            assert!(
+                r["items"].as_array().is_some_and(|i| !i.is_empty()),
+                "recall found nothing: {r:#}"
+            );
+            assert_eq!(
+                r["prepared_walk"]["ready"].as_bool().unwrap_or(false),
+                prepared,
+                "{r:#}"
+            );
             if q < 5 {
                 continue; // the first load of the memory and the model's first runs
             }

@@ -55,9 +55,10 @@ impl<H> OpenHandles<H> {
             let m = inner.order[i].clone();
             // New holders take their clone under this lock, so a count of one stays one.
             let idle = m != memory
-                && inner.handles.get(&m).is_some_and(|h| {
-                    Arc::strong_count(h) == 1 && h.try_lock().is_ok_and(|h| closable(&h))
-                });
+                && inner
+                    .handles
+                    .get(&m)
+                    .is_some_and(|h| Arc::strong_count(h) == 1 && h.try_lock().is_ok_and(|h| closable(&h)));
             if idle {
                 inner.handles.remove(&m);
                 inner.order.remove(i);

@@ -385,14 +385,21 @@ mod tests {
         }
         assert!(v.open.len() <= 4, "{} open", v.open.len());
         for m in 0..10u64 {
-            assert_eq!(keys(&v.search(&format!("m{m}"), &unit(m as usize, 0.0), 3).unwrap()), vec![m]);
+            assert_eq!(
+                keys(&v.search(&format!("m{m}"), &unit(m as usize, 0.0), 3).unwrap()),
+                vec![m]
+            );
         }
         // Ones with unsaved vectors stay, past the bound, until saved.
         for m in 10..16u64 {
             v.add(&format!("m{m}"), m, &unit(m as usize, 0.0)).unwrap();
         }
         for m in 10..16u64 {
-            assert_eq!(v.ids(&format!("m{m}")).unwrap(), vec![m], "m{m} kept its unsaved vector");
+            assert_eq!(
+                v.ids(&format!("m{m}")).unwrap(),
+                vec![m],
+                "m{m} kept its unsaved vector"
+            );
         }
         assert!(v.open.len() >= 6);
         v.save_all().unwrap();
