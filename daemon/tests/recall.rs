@@ -238,6 +238,21 @@ fn a_forgotten_turn_comes_back_grouped_dated_distilled_and_survives_an_index_reb
             "every item says which search found it"
         );
     }
+    // What the block had no room for is listed apart, each with its turns and size, and
+    // nothing listed there is in the block.
+    let left_out = info["recall"]["left_out"].as_array().unwrap();
+    for l in left_out {
+        assert!(l["turns"][0].as_u64().is_some() && l["tokens"].as_u64().unwrap() > 0, "{l}");
+        assert!(
+            !items.iter().any(|i| i["kind"] == l["kind"] && i["n"] == l["n"]),
+            "{l} is both shown and left out"
+        );
+    }
+    assert!(
+        items.len() + left_out.len() <= info["recall"]["candidates"].as_u64().unwrap() as usize,
+        "{}",
+        info["recall"]
+    );
     // Facts recalled are grouped under an entity and dated with their turns.
     if block.contains("- Service ") {
         assert!(block.contains("\nAbout "), "{block}");

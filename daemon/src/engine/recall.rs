@@ -47,6 +47,8 @@ const PART_MAX_WORDS: usize = 60;
 const EMBED_MAX_WORDS: usize = 400;
 /// Parts searched by words at most (a search is about a millisecond).
 const WORD_SEARCH_PARTS: usize = 16;
+/// Candidates the block had no room for, listed in `info.recall.left_out` at most.
+const LEFT_OUT_LISTED: usize = 16;
 /// The model reads a message's first 256 tokens; about this many words.
 const MODEL_WINDOW_WORDS: usize = 190;
 
@@ -463,6 +465,7 @@ impl Engine {
             }
             k = (lo + hi).div_ceil(2);
         }
+        let shown = fits.as_ref().map_or(0, |f| f.0);
         let block = fits.map(|(k, text, cost)| RecallBlock {
             seq,
             turn: st.memory.turn,
@@ -473,8 +476,20 @@ impl Engine {
             distilled: false,
             across: None,
         });
+        // The best candidates the block had no room for: where to look when something found
+        // was not shown.
+        let left_out: Vec<Value> = candidates
+            .iter()
+            .filter(|c| !chosen[..shown].iter().any(|g| g.doc == c.doc))
+            .take(LEFT_OUT_LISTED)
+            .map(|c| {
+                let it = item(c);
+                json!({"kind": it.kind, "n": it.n, "score": it.score, "turns": it.turns, "tokens": cost(c)})
+            })
+            .collect();
         let info = json!({
             "budget": budget,
+            "left_out": left_out,
             "room": {"free": room.free, "reserved": room.reserved},
             "best_cosine": best_cosine,
             "relevant": relevant,
