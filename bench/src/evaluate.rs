@@ -27,6 +27,18 @@ pub fn evaluate(
             "conversation": conv.id, "question": a.question, "category": q.category,
             "evidence": q.evidence,
         });
+        // Where dense retrieval ranks each evidence turn (0 = its best match): how deep a search
+        // must go to find it.
+        let dense_rank: serde_json::Map<String, Value> = q
+            .evidence
+            .iter()
+            .filter_map(|d| {
+                let i = conv.turns().position(|t| &t.dia == d)?;
+                let rank = rankings.dense.get(a.question)?.iter().position(|&j| j == i)?;
+                Some((d.clone(), json!(rank)))
+            })
+            .collect();
+        row["dense_rank"] = Value::Object(dense_rank);
         for s in SYSTEMS {
             let (request, tokens) = if s == "recalld" {
                 (a.request.clone(), a.tokens)
