@@ -13,6 +13,7 @@
 //!    the first `decorate` of an existing memory.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use recalld::client::{Client, ClientError};
@@ -26,6 +27,9 @@ use crate::load_report::{ColdStart, Cost, Lanes, Latency, LoadReport, Storage};
 use crate::sampler::{self, Sampler};
 use crate::traces;
 use recalld::models::Counts;
+
+/// How often a run prints how far its traffic is.
+const PROGRESS_EVERY: Duration = Duration::from_secs(15);
 
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
@@ -119,19 +123,36 @@ pub fn run(o: &LoadOptions, progress: &mut dyn FnMut(String)) -> Result<LoadRepo
     // About half the messages are the model's, so a memory takes messages/2 calls.
     let expected_pairs = (memories as u64 * o.messages / 2).max(1);
     let keep_every = (expected_pairs / o.floor_samples.max(1) as u64).max(1) as usize;
+    let done = AtomicU64::new(0);
+    let pid = daemon.pid();
     let outcomes: Vec<Result<(Measured, Vec<Agent>), String>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..clients)
             .map(|c| {
-                let (socket, traces) = (&socket, &traces);
+                let (socket, traces, done) = (&socket, &traces, &done);
                 scope.spawn(move || {
                     let agents = (c..memories)
                         .step_by(clients)
                         .map(|m| Agent::new(format!("load-{m}"), m, traces, o.ceiling))
                         .collect();
-                    traffic(socket, agents, o.messages, keep_every, o.think)
+                    traffic(socket, agents, o.messages, keep_every, o.think, done)
                 })
             })
             .collect();
+        // A long run says how far it is every PROGRESS_EVERY.
+        let mut last = Instant::now();
+        while !handles.iter().all(|h| h.is_finished()) {
+            std::thread::sleep(Duration::from_millis(200));
+            if last.elapsed() >= PROGRESS_EVERY {
+                last = Instant::now();
+                let n = done.load(Ordering::Relaxed);
+                progress(format!(
+                    "traffic: {n} of about {expected_pairs} pairs in {:.0} s ({:.1}/s), daemon RSS {} MB",
+                    t0.elapsed().as_secs_f64(),
+                    n as f64 / t0.elapsed().as_secs_f64().max(1e-9),
+                    sampler::rss_kb(pid).map_or("?".into(), |kb| (kb / 1024).to_string())
+                ));
+            }
+        }
         handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|_| Err("a client panicked".into())))
@@ -270,6 +291,7 @@ fn traffic<'a>(
     messages: u64,
     keep_every: usize,
     think: Duration,
+    done: &AtomicU64,
 ) -> Result<(Measured, Vec<Agent<'a>>), String> {
     let mut client = connect(socket)?;
     let mut m = Measured::default();
@@ -308,7 +330,10 @@ fn traffic<'a>(
             let args = a.report_args(&decorated);
             let t = Instant::now();
             match client.call("report", args) {
-                Ok(_) => m.report.push(ms(t)),
+                Ok(_) => {
+                    m.report.push(ms(t));
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
                 Err(e) => {
                     note_error(&mut m, &a.memory, "report", e)?;
                     a.abandon_session();
