@@ -242,7 +242,10 @@ fn a_forgotten_turn_comes_back_grouped_dated_distilled_and_survives_an_index_reb
     // nothing listed there is in the block.
     let left_out = info["recall"]["left_out"].as_array().unwrap();
     for l in left_out {
-        assert!(l["turns"][0].as_u64().is_some() && l["tokens"].as_u64().unwrap() > 0, "{l}");
+        assert!(
+            l["turns"][0].as_u64().is_some() && l["tokens"].as_u64().unwrap() > 0,
+            "{l}"
+        );
         assert!(
             !items.iter().any(|i| i["kind"] == l["kind"] && i["n"] == l["n"]),
             "{l} is both shown and left out"
