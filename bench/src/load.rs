@@ -403,7 +403,7 @@ fn storage(data: &Path, stats: &Value, agents: &[Agent]) -> Storage {
                 .flatten()
                 .map(|(name, v)| (name.clone(), v["bytes"].as_u64().unwrap_or(0)))
                 .collect();
-            t.sort_by(|a, b| b.1.cmp(&a.1));
+            t.sort_by_key(|b| std::cmp::Reverse(b.1));
             t
         },
     }

@@ -320,8 +320,8 @@ fn replay_all(
     tag: u32,
 ) -> Result<Vec<(Vec<Asked>, Stats)>, String> {
     let next = Mutex::new(0usize);
-    let results: Mutex<Vec<Option<Result<(Vec<Asked>, Stats), String>>>> =
-        Mutex::new((0..convs.len()).map(|_| None).collect());
+    type Replayed = Result<(Vec<Asked>, Stats), String>;
+    let results: Mutex<Vec<Option<Replayed>>> = Mutex::new((0..convs.len()).map(|_| None).collect());
     std::thread::scope(|scope| {
         for _ in 0..jobs.max(1) {
             scope.spawn(|| loop {

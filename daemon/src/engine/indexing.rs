@@ -66,7 +66,7 @@ pub(super) fn embedding_text(p: &Passage, messages: &[&StoredMessage]) -> String
 
 /// Stores the passages (and their vectors) whose episodes are still sealed and not cut, and
 /// marks those episodes cut. False when the state moved since the snapshot (plan again).
-pub(super) fn apply_passages(st: &mut State, passages: Vec<Passage>, vectors: Option<(String, Vec<Vec<f32>>)>) -> bool {
+pub(super) fn apply_passages(st: &mut State, passages: Vec<Passage>, vectors: Option<ModelVectors>) -> bool {
     if passages.first().is_some_and(|p| p.n != st.memory.next_passage) {
         return false;
     }
@@ -97,14 +97,13 @@ pub(super) fn apply_passages(st: &mut State, passages: Vec<Passage>, vectors: Op
     true
 }
 
+/// Vectors made by one model: its name and a vector per text.
+pub(super) type ModelVectors = (String, Vec<Vec<f32>>);
+
 impl Engine {
     /// Embeds the passages' texts (from [`passage_drafts`]) for the index (no lock held). None
     /// without an embedder.
-    pub(super) fn embed_passages(
-        &self,
-        memory: &str,
-        texts: &[String],
-    ) -> Result<Option<(String, Vec<Vec<f32>>)>, String> {
+    pub(super) fn embed_passages(&self, memory: &str, texts: &[String]) -> Result<Option<ModelVectors>, String> {
         let Some(models) = &self.models else { return Ok(None) };
         if texts.is_empty() {
             return Ok(None);

@@ -94,7 +94,7 @@ enum Judged {
     /// New embeddings, and whether more are left for another job.
     Vectors(Vec<(VectorKind, u64, VectorRecord)>, bool),
     /// Passages with their vectors (model name, one per passage) when there is an embedder.
-    Passages(Vec<Passage>, Option<(String, Vec<Vec<f32>>)>),
+    Passages(Vec<Passage>, Option<indexing::ModelVectors>),
     /// The indices of a recall block's items to keep.
     Distilled {
         seq: u64,
@@ -519,7 +519,7 @@ impl Engine {
 
     /// Memories with queued jobs (to resume after a restart) and the number of jobs.
     pub fn pending_jobs(&self) -> Result<(Vec<String>, u64), EngineError> {
-        Ok(self.store.read(|r| state::pending_jobs(r))?)
+        Ok(self.store.read(state::pending_jobs)?)
     }
 
     /// Where to tell the lanes that a memory has new work.
@@ -540,8 +540,7 @@ impl Engine {
 fn apply_unit_scores(st: &mut State, batch: &UnitBatch, scores: &[BoundaryScore]) {
     let current: std::collections::HashSet<(u64, u64)> = cut::closed_unit_spans(st).into_iter().collect();
     let n = batch.spans.len();
-    for i in batch.context..n {
-        let (start_seq, end_seq) = batch.spans[i];
+    for (i, &(start_seq, end_seq)) in batch.spans.iter().enumerate().skip(batch.context) {
         if current.contains(&(start_seq, end_seq)) {
             st.set_unit_score(UnitScore {
                 start_seq,

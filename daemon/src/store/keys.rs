@@ -55,7 +55,7 @@ pub fn name(memory: &str, name: &str) -> Vec<u8> {
         while !name.is_char_boundary(end) {
             end -= 1;
         }
-        k.extend_from_slice(name[..end].as_bytes());
+        k.extend_from_slice(&name.as_bytes()[..end]);
         // FNV-1a: stable across builds and platforms.
         let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ b as u64).wrapping_mul(0x100_0000_01b3)

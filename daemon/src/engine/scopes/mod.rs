@@ -146,8 +146,11 @@ fn bump_version(w: &mut Writer<'_>, agent: &str) -> Result<(), StoreError> {
 /// thousands of facts with their vectors each time costs tens of milliseconds.
 #[derive(Default)]
 pub struct FactsCache {
-    agents: Mutex<std::collections::HashMap<String, (u64, Arc<Vec<ScopeFact>>)>>,
+    agents: Mutex<std::collections::HashMap<String, VersionedFacts>>,
 }
+
+/// An agent's decoded facts and the scope version they were read at.
+type VersionedFacts = (u64, Arc<Vec<ScopeFact>>);
 
 /// Agents whose facts the cache keeps at most (any one is dropped past it).
 const CACHED_AGENTS: usize = 64;
