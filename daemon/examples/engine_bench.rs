@@ -64,7 +64,7 @@ fn text(i: usize, len: usize) -> String {
     let mut k = i.wrapping_mul(2654435761);
     while s.len() < len {
         k = k.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        s.push_str(WORDS[(k >> 33) as usize % WORDS.len()]);
+        s.push_str(WORDS[(k >> 33) % WORDS.len()]);
         s.push(' ');
     }
     s

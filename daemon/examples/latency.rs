@@ -8,7 +8,7 @@
 //! `scripts/bench-latency.sh` starts a release daemon and runs this with the Python and
 //! TypeScript benchmarks.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use recalld::client::{into_result, Client};
@@ -86,7 +86,7 @@ fn sequential(name: &str, n: usize, mut f: impl FnMut(), extra: Value) {
 }
 
 /// `in_flight` requests pipelined on one connection until `n` have been answered.
-fn pipelined(socket: &PathBuf, name: &str, op: &str, args: &Value, n: usize, in_flight: usize) {
+fn pipelined(socket: &Path, name: &str, op: &str, args: &Value, n: usize, in_flight: usize) {
     let mut c = Client::connect(socket).unwrap();
     let t = Instant::now();
     let (mut sent, mut done) = (0, 0);
@@ -110,7 +110,7 @@ fn pipelined(socket: &PathBuf, name: &str, op: &str, args: &Value, n: usize, in_
 }
 
 /// `conns` connections, one request in flight each, `n` calls in all.
-fn connections(socket: &PathBuf, name: &str, op: &str, args: &Value, n: usize, conns: usize) {
+fn connections(socket: &Path, name: &str, op: &str, args: &Value, n: usize, conns: usize) {
     let mut clients: Vec<Client> = (0..conns).map(|_| Client::connect(socket).unwrap()).collect();
     let t = Instant::now();
     std::thread::scope(|s| {

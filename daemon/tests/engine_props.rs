@@ -91,7 +91,7 @@ struct Sim {
 
 fn note_call(id: &str, turn: usize) -> Value {
     json!({"id": id, "type": "function", "function": {"name": "note", "arguments": json!({"notes": [
-        {"note": format!("Fact from turn {turn}."), "subject": format!("thing {turn}"), "object": "user", "milestone": turn % 2 == 0}
+        {"note": format!("Fact from turn {turn}."), "subject": format!("thing {turn}"), "object": "user", "milestone": turn.is_multiple_of(2)}
     ]}).to_string()}})
 }
 

@@ -107,7 +107,7 @@ impl Embedder for WordsEmbedder {
         Ok(texts
             .iter()
             .map(|t| {
-                let mut v = vec![0f32; 16];
+                let mut v = [0f32; 16];
                 for w in t.split_whitespace() {
                     v[w.bytes().map(|b| b as usize).sum::<usize>() % 16] += 1.0;
                 }
@@ -180,7 +180,7 @@ fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'st
 }
 
 fn turn_text(turn: usize) -> String {
-    let topic = if turn % 3 == 0 { "new topic: " } else { "" };
+    let topic = if turn.is_multiple_of(3) { "new topic: " } else { "" };
     format!("{topic}turn {turn}: invoice INV-{turn} for Acme was disputed over the unit price of widget W{turn}")
 }
 

@@ -320,7 +320,7 @@ mod tests {
 
     /// A unit vector pointing mostly along axis `i`, tilted by `t`.
     fn unit(i: usize, t: f32) -> Vec<f32> {
-        let mut v = vec![0.0; DIM];
+        let mut v = [0.0; DIM];
         v[i % DIM] = 1.0;
         v[(i + 1) % DIM] = t;
         let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();

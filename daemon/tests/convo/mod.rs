@@ -63,7 +63,7 @@ impl Convo {
 
     /// Whether turn `n`'s reply carries a note call.
     pub fn notes_on(&self, n: u64) -> bool {
-        n % self.note_every == 0
+        n.is_multiple_of(self.note_every)
     }
 
     /// The model's reply to the current turn: text, plus a note call with one fact on the
@@ -84,7 +84,7 @@ impl Convo {
             "note": format!("{} fact {n}: crate version {n}.{}", self.memory, n * 7 % 13),
             "subject": format!("crate-{}", n % 5),
             "object": format!("version {n}"),
-            "milestone": n % 4 == 0,
+            "milestone": n.is_multiple_of(4),
         }]});
         json!({
             "id": format!("chatcmpl-{}-{n}", self.memory),
