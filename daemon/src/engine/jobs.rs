@@ -219,7 +219,10 @@ impl Engine {
             }
             Judged::Distilled { seq, keep } => {
                 // The block's message is resized with it, wherever it lies.
-                self.store.read(|r| st.load_messages_from(r, seq))?;
+                self.store.read(|r| {
+                    st.load_messages_from(r, seq)?;
+                    st.load_recall(r, seq)
+                })?;
                 distill::apply(&mut st, seq, &keep)
             }
             Judged::Walk(prepared) => walk::apply(&mut st, prepared),

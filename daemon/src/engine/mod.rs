@@ -329,7 +329,11 @@ impl Engine {
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut st = self.take_state(memory, 0.0)?;
         if let Some(seq) = from(&st) {
-            self.store.read(|r| st.load_messages_from(r, seq))?;
+            self.store.read(|r| {
+                st.load_messages_from(r, seq)?;
+                // A job naming an older seq may judge the recall block there (distill).
+                st.load_recall(r, seq)
+            })?;
         }
         let out = f(&st);
         if st.existed {
@@ -933,7 +937,8 @@ impl Engine {
             "units": st.unit_scores.values().collect::<Vec<_>>(),
             "edges": graph::edges(&st.facts),
             "passages": self.store.read(|r| r.scan::<records::Passage>(crate::store::Table::Passages, &crate::store::keys::memory_prefix(memory)))?,
-            "recalls": st.recalls.values().collect::<Vec<_>>(),
+            // Every block (a loaded state holds only those from its horizon on).
+            "recalls": self.store.read(|r| r.scan::<records::RecallBlock>(crate::store::Table::Recall, &crate::store::keys::memory_prefix(memory)))?,
             // The latest decorates' decisions (a diagnostic log: the latest 32 are kept).
             "decisions": self.store.read(|r| decisions::latest(r, memory, records::DECISIONS_KEPT as usize))?.0,
             "jobs": self.store.read(|r| r.scan::<records::Job>(crate::store::Table::Jobs, &crate::store::keys::memory_prefix(memory)))?,

@@ -29,7 +29,9 @@ pub struct State {
     pub entities: Vec<Entity>,
     /// Boundary scores of units not cut yet, by first seq (older ones stay in the store).
     pub unit_scores: BTreeMap<u64, UnitScore>,
-    /// Recall blocks by the seq of the user message each precedes.
+    /// Recall blocks by the seq of the user message each precedes, from `loaded_from` on: a
+    /// block is shown only while its message is in view, so the older ones (the largest table
+    /// of a long memory) stay in the store ([`State::load_recall`] reads one; export scans).
     pub recalls: BTreeMap<u64, RecallBlock>,
     /// Whether the memory existed before this op.
     pub existed: bool,
@@ -88,6 +90,16 @@ impl State {
                 Ok(true)
             },
         )?;
+        let mut recalls = BTreeMap::new();
+        r.visit(
+            Table::Recall,
+            &prefix,
+            &keys::seq(memory, loaded_from),
+            |_, b: RecallBlock| {
+                recalls.insert(b.seq, b);
+                Ok(true)
+            },
+        )?;
         Ok(State {
             memory: memory_record,
             messages,
@@ -98,11 +110,7 @@ impl State {
             traces,
             entities: r.scan(Table::Entities, &prefix)?,
             unit_scores,
-            recalls: r
-                .scan::<RecallBlock>(Table::Recall, &prefix)?
-                .into_iter()
-                .map(|b| (b.seq, b))
-                .collect(),
+            recalls,
             existed,
             dirty_messages: BTreeSet::new(),
             dirty_recalls: BTreeSet::new(),
@@ -280,6 +288,18 @@ impl State {
         Ok(())
     }
 
+    /// Reads the recall block before user message `seq` when it is older than what is loaded
+    /// (a late distill judges and rewrites it; no other op needs older blocks, and reading
+    /// them all with older messages would double what a lane job reads under the lock).
+    pub fn load_recall(&mut self, r: &Reader<'_>, seq: u64) -> Result<(), StoreError> {
+        if !self.recalls.contains_key(&seq) {
+            if let Some(b) = r.get::<RecallBlock>(Table::Recall, &keys::seq(&self.memory.id, seq))? {
+                self.recalls.insert(seq, b);
+            }
+        }
+        Ok(())
+    }
+
     /// Every message is loaded (and the history's chains written where they are missing).
     pub fn load_whole(&mut self, r: &Reader<'_>) -> Result<(), StoreError> {
         self.load_messages_from(r, 0)?;
@@ -327,7 +347,7 @@ impl State {
         self.loaded_from == 0
     }
 
-    /// Before the state is cached: drops the messages an op read beyond what is in view and
+    /// Before the state is cached: drops the messages (and recall blocks) an op read beyond what is in view and
     /// the recent turns (they equal the store's; nothing unsaved is dropped).
     pub fn trim(&mut self) {
         if self.keep_whole {
@@ -341,10 +361,12 @@ impl State {
         if self.messages[..cut]
             .iter()
             .any(|m| self.dirty_messages.contains(&m.seq))
+            || self.dirty_recalls.range(..from).next().is_some()
         {
             return;
         }
         self.messages.drain(..cut);
+        self.recalls = self.recalls.split_off(&from);
         self.loaded_from = from;
     }
 
@@ -698,7 +720,26 @@ mod tests {
 
     #[test]
     fn a_loaded_state_holds_what_can_be_in_view_and_the_recent_turns_and_reads_the_rest_on_demand() {
-        let (_dir, store, st) = sixty_turns_unsaved();
+        let (_dir, store, mut st) = sixty_turns_unsaved();
+        // A recall block before every user message.
+        let users: Vec<(u64, u64)> = st
+            .messages
+            .iter()
+            .filter(|m| m.message.role == Role::User)
+            .map(|m| (m.seq, m.turn))
+            .collect();
+        for &(seq, turn) in &users {
+            st.put_recall(RecallBlock {
+                seq,
+                turn,
+                at: 0.0,
+                text: format!("block {seq}"),
+                tokens: 3,
+                items: Vec::new(),
+                distilled: true,
+                across: None,
+            });
+        }
         store.write(|w| st.save(w)).unwrap();
 
         let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
@@ -707,13 +748,21 @@ mod tests {
         assert_eq!(st.messages.first().map(|m| m.seq), Some(76));
         assert_eq!(st.messages.len(), 120 - 76);
         assert!(!st.whole());
+        // The recall blocks of those messages only.
+        assert_eq!(st.recalls.keys().next(), Some(&76));
+        assert_eq!(st.recalls.len(), users.iter().filter(|(s, _)| *s >= 76).count());
 
         store.read(|r| st.load_messages_from(r, 10)).unwrap();
         assert_eq!(st.messages.len(), 110);
         assert!(st.messages.windows(2).all(|w| w[0].seq + 1 == w[1].seq));
+        // Older blocks stay in the store unless one is asked for (a late distill).
+        assert_eq!(st.recalls.keys().next(), Some(&76));
+        store.read(|r| st.load_recall(r, 10)).unwrap();
+        assert_eq!(st.recalls[&10].text, "block 10");
         // Cached again, it keeps only what a load would read.
         st.trim();
         assert_eq!(st.messages.first().map(|m| m.seq), Some(76));
+        assert_eq!(st.recalls.keys().next(), Some(&76));
 
         // A state that needed everything (a client sending note calls back) keeps it.
         store.read(|r| st.load_whole(r)).unwrap();
@@ -799,6 +848,18 @@ mod tests {
             );
             if role == Role::User {
                 st.memory.turn = m.turn;
+                // A recall block before each user message, as undistilled blocks are: a few
+                // facts and an excerpt (about 1.5 KB).
+                st.put_recall(RecallBlock {
+                    seq: m.seq,
+                    turn: m.turn,
+                    at: i as f64,
+                    text: format!("Recalled from earlier turns {i}: {}", text.repeat(3)),
+                    tokens: 400,
+                    items: Vec::new(),
+                    distilled: false,
+                    across: None,
+                });
             }
             st.push_message(m);
             // Episodes of 10 messages, all sealed but the last 20.

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::records::{AuditEntry, Kind, Origin, Routine, ScopeFact, Status, Tier};
 use super::{agent_record, audit, kinds, procedures, put_fact, scope_facts};
-use crate::engine::records::{Fact, Job, VectorKind, VectorRecord};
+use crate::engine::records::{Fact, Job, RecallBlock, VectorKind, VectorRecord};
 use crate::engine::state::State;
 use crate::engine::{Engine, EngineError};
 use crate::models::{cosine, CallCtx, Relation};
@@ -88,9 +88,16 @@ impl Engine {
                         .filter(|f| f.n >= mark && f.is_active())
                         .cloned()
                         .collect(),
-                    shown: st
-                        .recalls
-                        .values()
+                    // Every block of the conversation, read from the store (the state holds
+                    // only the recent ones; it is saved, and the lock is held).
+                    shown: self
+                        .store
+                        .read(|r| r.scan::<RecallBlock>(Table::Recall, &keys::memory_prefix(memory)))
+                        .unwrap_or_else(|e| {
+                            tracing::warn!(memory, error = %e, "cannot read the recall blocks; the loaded ones only");
+                            st.recalls.values().cloned().collect()
+                        })
+                        .iter()
                         .filter_map(|b| b.across.as_ref())
                         .flat_map(|a| a.items.iter().map(|i| i.n))
                         .collect::<std::collections::BTreeSet<_>>()
