@@ -937,8 +937,7 @@ impl Engine {
             "units": st.unit_scores.values().collect::<Vec<_>>(),
             "edges": graph::edges(&st.facts),
             "passages": self.store.read(|r| r.scan::<records::Passage>(crate::store::Table::Passages, &crate::store::keys::memory_prefix(memory)))?,
-            // Every block (a loaded state holds only those from its horizon on).
-            "recalls": self.store.read(|r| r.scan::<records::RecallBlock>(crate::store::Table::Recall, &crate::store::keys::memory_prefix(memory)))?,
+            "recalls": self.store.read(|r| state::all_recalls(r, memory))?,
             // The latest decorates' decisions (a diagnostic log: the latest 32 are kept).
             "decisions": self.store.read(|r| decisions::latest(r, memory, records::DECISIONS_KEPT as usize))?.0,
             "jobs": self.store.read(|r| r.scan::<records::Job>(crate::store::Table::Jobs, &crate::store::keys::memory_prefix(memory)))?,

@@ -347,8 +347,8 @@ impl State {
         self.loaded_from == 0
     }
 
-    /// Before the state is cached: drops the messages (and recall blocks) an op read beyond what is in view and
-    /// the recent turns (they equal the store's; nothing unsaved is dropped).
+    /// Before the state is cached: drops the messages (and recall blocks) an op read beyond what
+    /// is in view and the recent turns (they equal the store's; nothing unsaved is dropped).
     pub fn trim(&mut self) {
         if self.keep_whole {
             return;
@@ -643,6 +643,12 @@ pub fn lane_depths(r: &Reader<'_>, memory: Option<&str>) -> Result<Vec<LaneDepth
 }
 
 /// Memories that have runnable jobs, and how many such jobs in all.
+/// Every recall block of a memory, oldest first (a loaded state holds those from its horizon
+/// on): for export and what reads a whole conversation's blocks.
+pub fn all_recalls(r: &Reader<'_>, memory: &str) -> Result<Vec<RecallBlock>, StoreError> {
+    r.scan(Table::Recall, &keys::memory_prefix(memory))
+}
+
 pub fn pending_jobs(r: &Reader<'_>) -> Result<(Vec<String>, u64), StoreError> {
     let lanes = lane_depths(r, None)?;
     let count = lanes.iter().map(|l| l.depth).sum();

@@ -10,8 +10,8 @@ use serde_json::json;
 
 use super::records::{AuditEntry, Kind, Origin, Routine, ScopeFact, Status, Tier};
 use super::{agent_record, audit, kinds, procedures, put_fact, scope_facts};
-use crate::engine::records::{Fact, Job, RecallBlock, VectorKind, VectorRecord};
-use crate::engine::state::State;
+use crate::engine::records::{Fact, Job, VectorKind, VectorRecord};
+use crate::engine::state::{self, State};
 use crate::engine::{Engine, EngineError};
 use crate::models::{cosine, CallCtx, Relation};
 use crate::store::{keys, Table};
@@ -92,7 +92,7 @@ impl Engine {
                     // only the recent ones; it is saved, and the lock is held).
                     shown: self
                         .store
-                        .read(|r| r.scan::<RecallBlock>(Table::Recall, &keys::memory_prefix(memory)))
+                        .read(|r| state::all_recalls(r, memory))
                         .unwrap_or_else(|e| {
                             tracing::warn!(memory, error = %e, "cannot read the recall blocks; the loaded ones only");
                             st.recalls.values().cloned().collect()

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use super::policy::PolicyName;
 use super::records::{AgentRecord, AuditEntry, ScopeFact, Sharing, Status, Tier};
 use super::{agent_record, audit, put_fact, scope_facts, visible, visible_owner};
-use crate::engine::records::{JobKind, RecallBlock};
+use crate::engine::records::JobKind;
 use crate::engine::{Engine, EngineError};
 use crate::models::CallCtx;
 use crate::store::{keys, StoreError, Table, Writer};
@@ -515,9 +515,7 @@ impl Engine {
         let facts = self.store.read(|r| scope_facts(r, &agent))?;
         let now = st.memory.updated_at;
         // Every block of the conversation (a loaded state holds only the recent ones).
-        let blocks: Vec<RecallBlock> = self
-            .store
-            .read(|r| r.scan(Table::Recall, &keys::memory_prefix(memory)))?;
+        let blocks = self.store.read(|r| crate::engine::state::all_recalls(r, memory))?;
         let used: Vec<Value> = blocks
             .iter()
             .filter_map(|b| b.across.as_ref().map(|a| (b.seq, a)))
