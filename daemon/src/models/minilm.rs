@@ -116,26 +116,23 @@ impl MiniLm {
             .collect())
     }
 
-    /// One forward pass over `texts` (the caller bounds its size). Returns the vectors and the
-    /// number of real tokens.
-    fn embed_batch_counted(&self, texts: &[&str]) -> Result<(Vec<Vec<f32>>, u64), ModelError> {
-        if texts.is_empty() {
+    /// One forward pass over tokenized texts (real tokens only; the caller bounds the batch).
+    /// Returns the vectors and the number of real tokens.
+    fn forward(&self, rows: &[&[u32]]) -> Result<(Vec<Vec<f32>>, u64), ModelError> {
+        if rows.is_empty() {
             return Ok((Vec::new(), 0));
         }
-        let enc = self.tokenizer.encode_batch(texts.to_vec(), true).map_err(infer)?;
-        let n = enc.len();
-        let len = enc.iter().map(|e| e.get_ids().len()).max().unwrap_or(0);
+        let n = rows.len();
+        let len = rows.iter().map(|r| r.len()).max().unwrap_or(0);
         let mut ids = Vec::with_capacity(n * len);
         let mut mask = Vec::with_capacity(n * len);
         let mut tokens = 0u64;
-        for e in &enc {
-            // BatchLongest padding makes every row `len` long; pad defensively anyway.
-            let (i, m) = (e.get_ids(), e.get_attention_mask());
-            ids.extend_from_slice(i);
-            mask.extend_from_slice(m);
-            ids.resize(ids.len() + (len - i.len()), 0);
-            mask.resize(mask.len() + (len - m.len()), 0);
-            tokens += m.iter().filter(|&&x| x == 1).count() as u64;
+        for r in rows {
+            ids.extend_from_slice(r);
+            ids.resize(ids.len() + (len - r.len()), 0);
+            mask.resize(mask.len() + r.len(), 1u32);
+            mask.resize(mask.len() + (len - r.len()), 0);
+            tokens += r.len() as u64;
         }
         let device = &self.model.device;
         let ids = Tensor::from_vec(ids, (n, len), device).map_err(infer)?;
@@ -155,9 +152,53 @@ impl MiniLm {
         Ok((out, tokens))
     }
 
-    fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
-        Ok(self.embed_batch_counted(texts)?.0)
+    /// Each text's real tokens (truncated, with the special tokens; the tokenizer pads a
+    /// batch to its longest, and the padding is dropped here).
+    fn tokenize(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>, ModelError> {
+        let enc = self.tokenizer.encode_batch(texts.to_vec(), true).map_err(infer)?;
+        Ok(enc
+            .iter()
+            .map(|e| {
+                e.get_ids()
+                    .iter()
+                    .zip(e.get_attention_mask())
+                    .filter(|(_, &m)| m == 1)
+                    .map(|(&id, _)| id)
+                    .collect()
+            })
+            .collect())
     }
+
+    fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
+        let rows = self.tokenize(texts)?;
+        let rows: Vec<&[u32]> = rows.iter().map(Vec::as_slice).collect();
+        Ok(self.forward(&rows)?.0)
+    }
+}
+
+/// A forward pass holds a few (batch × heads × len × len) attention tensors at once, so a
+/// batch is bounded by batch × len² as well as by count: 8 texts of the full 256 tokens (25 MB
+/// per such tensor), or 32 of up to 128. A batch of 32 full-length texts (100 MB per tensor)
+/// made the daemon's RSS jump by ~250 MB and back on agent traffic.
+const ATTENTION_BUDGET: usize = 8 * MAX_TOKENS * MAX_TOKENS;
+
+/// Batches over texts sorted by length (`lens` ascending): consecutive ranges of at most
+/// `max_batch` texts whose count times the longest one's length squared stays within
+/// [`ATTENTION_BUDGET`] (a text alone always makes a batch).
+fn batches(lens: &[usize], max_batch: usize) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, &len) in lens.iter().enumerate() {
+        let n = i - start + 1;
+        if n > 1 && (n > max_batch || n * len * len > ATTENTION_BUDGET) {
+            out.push(start..i);
+            start = i;
+        }
+    }
+    if start < lens.len() {
+        out.push(start..lens.len());
+    }
+    out
 }
 
 impl Embedder for MiniLm {
@@ -170,13 +211,16 @@ impl Embedder for MiniLm {
 
     fn embed(&self, ctx: &CallCtx, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
         // Batch texts of similar length together (less padding), then restore the order.
+        let rows = self.tokenize(texts).inspect_err(|_| self.usage.record_error(ctx.memory))?;
         let mut order: Vec<usize> = (0..texts.len()).collect();
-        order.sort_by_key(|&i| texts[i].len());
+        order.sort_by_key(|&i| rows[i].len());
+        let lens: Vec<usize> = order.iter().map(|&i| rows[i].len()).collect();
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
         let mut tokens = 0u64;
-        for chunk in order.chunks(self.batch_size) {
-            let batch: Vec<&str> = chunk.iter().map(|&i| texts[i]).collect();
-            match self.embed_batch_counted(&batch) {
+        for range in batches(&lens, self.batch_size) {
+            let chunk = &order[range];
+            let batch: Vec<&[u32]> = chunk.iter().map(|&i| rows[i].as_slice()).collect();
+            match self.forward(&batch) {
                 Ok((vs, t)) => {
                     for (&i, v) in chunk.iter().zip(vs) {
                         out[i] = v;
@@ -191,5 +235,28 @@ impl Embedder for MiniLm {
         }
         self.usage.record(ctx.memory, Kind::Embed, tokens);
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_are_bounded_by_count_and_by_attention_size() {
+        // Short texts: by count.
+        assert_eq!(batches(&[10; 70], 32), vec![0..32, 32..64, 64..70]);
+        // Full-length texts: 8 at most, whatever the count allows.
+        assert_eq!(batches(&[MAX_TOKENS; 20], 32), vec![0..8, 8..16, 16..20]);
+        // Sorted lengths: a batch closes when its longest would overflow the budget.
+        let lens = [100, 100, 100, 200, 200, 256];
+        let b = batches(&lens, 32);
+        assert_eq!(b.iter().map(|r| r.len()).sum::<usize>(), lens.len());
+        for r in &b {
+            let longest = lens[r.end - 1];
+            assert!(r.len() == 1 || r.len() * longest * longest <= ATTENTION_BUDGET, "{r:?}");
+        }
+        assert!(batches(&[], 32).is_empty());
+        assert_eq!(batches(&[5000], 32), vec![0..1], "a text alone is a batch");
     }
 }
