@@ -18,7 +18,66 @@ pub fn text_tokens(text: &str) -> u32 {
     if text.is_empty() {
         return 0;
     }
+    if text.len() < MEMO_FROM_BYTES {
+        return encode(text);
+    }
+    let key = memo_key(text);
+    if let Some(n) = MEMO.lock().unwrap_or_else(|e| e.into_inner()).get(key) {
+        return n;
+    }
+    let n = encode(text);
+    MEMO.lock().unwrap_or_else(|e| e.into_inner()).put(key, n);
+    n
+}
+
+fn encode(text: &str) -> u32 {
     tiktoken_rs::cl100k_base_singleton().encode_ordinary(text).len() as u32
+}
+
+/// Texts this long or longer have their counts remembered: a request's fixed part (system
+/// prompt, tools, the facts block) and recall's candidate passages come back unchanged call
+/// after call, and encoding them was half of decorate's CPU on agent traffic (a profile at
+/// ~1,500 stored messages), while hashing them costs microseconds.
+const MEMO_FROM_BYTES: usize = 512;
+/// Counts kept per generation (two generations: the older is dropped when the newer fills).
+const MEMO_ENTRIES: usize = 4096;
+
+static MEMO: std::sync::Mutex<Memo> = std::sync::Mutex::new(Memo {
+    new: None,
+    old: None,
+});
+
+/// A text's length and 64-bit hash (a collision would only misestimate one text's size).
+fn memo_key(text: &str) -> (usize, u64) {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    (text.len(), h.finish())
+}
+
+/// Token counts of long texts seen lately, in two generations.
+struct Memo {
+    new: Option<std::collections::HashMap<(usize, u64), u32>>,
+    old: Option<std::collections::HashMap<(usize, u64), u32>>,
+}
+
+impl Memo {
+    fn get(&mut self, key: (usize, u64)) -> Option<u32> {
+        if let Some(&n) = self.new.as_ref().and_then(|m| m.get(&key)) {
+            return Some(n);
+        }
+        let n = *self.old.as_ref()?.get(&key)?;
+        self.put(key, n);
+        Some(n)
+    }
+
+    fn put(&mut self, key: (usize, u64), n: u32) {
+        let new = self.new.get_or_insert_with(Default::default);
+        if new.len() >= MEMO_ENTRIES {
+            self.old = self.new.take();
+        }
+        self.new.get_or_insert_with(Default::default).insert(key, n);
+    }
 }
 
 pub fn message_tokens(m: &Message) -> u32 {
@@ -58,6 +117,30 @@ pub fn next_ratio(previous: Option<f64>, provider: u64, ours: u64) -> Option<f64
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_texts_count_is_remembered_and_the_same() {
+        let long = "The quick brown fox jumps over the lazy dog. ".repeat(40);
+        assert!(long.len() >= MEMO_FROM_BYTES);
+        let first = text_tokens(&long);
+        assert_eq!(first, encode(&long));
+        assert_eq!(text_tokens(&long), first, "from the memo");
+        let other = format!("{long}!");
+        assert_ne!(text_tokens(&other), 0);
+        assert_eq!(text_tokens(&other), encode(&other), "a different text is counted anew");
+    }
+
+    #[test]
+    fn the_memo_keeps_two_generations() {
+        let mut m = Memo { new: None, old: None };
+        for i in 0..MEMO_ENTRIES as u64 {
+            m.put((1, i), 1);
+        }
+        m.put((1, u64::MAX), 2); // the first generation becomes the old one
+        assert_eq!(m.get((1, 0)), Some(1), "found in the old generation");
+        assert_eq!(m.get((1, u64::MAX)), Some(2));
+        assert_eq!(m.get((2, 0)), None);
+    }
 
     #[test]
     fn counts_are_cl100k() {
