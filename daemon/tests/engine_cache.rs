@@ -8,18 +8,33 @@
 use std::sync::Arc;
 
 use recalld::engine::{Engine, EngineConfig};
-use recalld::store::{Store, StoreOptions};
+use recalld::engine::records::MemoryRecord;
+use recalld::store::{keys, Read, Store, StoreOptions, Table};
 use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
 use serde_json::{json, Value};
 
 /// The requests, the export, and what each decorate's alignment read (`info.aligned_on`).
 fn run(fresh_engine_per_op: bool, turns: usize, resend_view: bool) -> (Vec<Value>, Value, Vec<String>) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
-    let config = EngineConfig {
+    let (requests, export, aligned_on, _) = run_in(fresh_engine_per_op, turns, resend_view);
+    (requests, export, aligned_on)
+}
+
+fn config() -> EngineConfig {
+    EngineConfig {
         max_episode_tokens: 200,
         ..EngineConfig::default()
-    };
+    }
+}
+
+/// [`run`], also returning the data directory (the store closed).
+fn run_in(
+    fresh_engine_per_op: bool,
+    turns: usize,
+    resend_view: bool,
+) -> (Vec<Value>, Value, Vec<String>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
+    let config = config();
     let shared = Engine::new(store.clone(), None, config.clone());
     let fresh = || Engine::new(store.clone(), None, config.clone());
     let mut requests = Vec::new();
@@ -80,7 +95,83 @@ fn run(fresh_engine_per_op: bool, turns: usize, resend_view: bool) -> (Vec<Value
         now += 20.0;
     }
     let export = fresh().export("c").unwrap();
-    (requests, export, aligned_on)
+    drop(shared);
+    (requests, export, aligned_on, dir)
+}
+
+/// One decorate of `messages` (the whole history, as the client has it) in memory "c".
+fn decorate_full(engine: &Engine, messages: Value, now: f64) -> Value {
+    engine
+        .decorate(DecorateArgs {
+            memory: "c".into(),
+            request: json!({"model": "gpt-4o", "messages": messages}),
+            now: Some(now),
+            dry_run: false,
+            ceiling: Some(900),
+            agent: None,
+            user: None,
+            history: HistoryMode::Full,
+        })
+        .unwrap()
+        .info
+}
+
+/// A new session in a long memory shares nothing with it: the index of the history's
+/// fingerprints says so and nothing older is read. A request that starts at an old message (an
+/// edit of old history) still reads the whole history, and supersedes what followed. A memory
+/// stored before the index reads the whole history once, and its prints are written then.
+#[test]
+fn a_new_session_is_lined_up_by_the_prints_and_an_edit_of_old_history_by_the_whole() {
+    let (_, _, _, dir) = run_in(false, 40, false);
+    let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
+    let engine = Engine::new(store.clone(), None, config());
+    let prints = || store.read(|r| r.count(Table::Prints, &keys::memory_prefix("c"))).unwrap();
+    let now = 1_800_000_000.0;
+    let session = |text: &str| json!([{"role": "system", "content": "You are terse."}, {"role": "user", "content": text}]);
+
+    let info = decorate_full(&engine, session("A new session: which carriers ship to Oslo?"), now);
+    assert_eq!((info["aligned"].as_str(), info["aligned_on"].as_str()), (Some("unrelated"), Some("prints")), "{info:#}");
+
+    let edit = json!([
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Turn 0: check order #000 and tell me its shipping status, carrier and tracking number please."},
+        {"role": "user", "content": "Actually, forget that order."}
+    ]);
+    let info = decorate_full(&engine, edit, now + 60.0);
+    assert_eq!((info["aligned"].as_str(), info["aligned_on"].as_str()), (Some("edit"), Some("whole")), "{info:#}");
+    let export = engine.export("c").unwrap();
+    let messages = export["messages"].as_array().unwrap();
+    let superseded = messages.iter().filter(|m| !m["superseded_at"].is_null()).count();
+    assert!(superseded > 100, "everything after the first user message: {superseded}");
+    assert_eq!(
+        messages.iter().filter(|m| m["superseded_at"].is_null() && m["role"] == "user").count(),
+        2,
+        "turn 0 and the edit"
+    );
+    assert_eq!(prints(), 2, "a superseded message's print is gone");
+
+    // A memory as stored before the prints: no prints, and the record does not claim them.
+    drop(engine);
+    store
+        .write(|w| {
+            let key = keys::memory("c");
+            let mut record: MemoryRecord = Read::get(w, Table::Memories, &key)?.unwrap();
+            record.prints_whole = false;
+            w.put(Table::Memories, &key, &record)?;
+            w.delete_prefix(Table::Prints, &keys::memory_prefix("c"))
+        })
+        .unwrap();
+    assert_eq!(prints(), 0);
+    let engine = Engine::new(store.clone(), None, config());
+    let info = decorate_full(&engine, session("Another session: and to Bergen?"), now + 120.0);
+    assert_eq!(info["aligned_on"], "whole", "no prints yet: {info:#}");
+    // Turn 0, the edit and this session's message: the active history (superseded messages
+    // have no print).
+    assert_eq!(prints(), 3, "every history message's print written at the whole read");
+    drop(engine);
+    let engine = Engine::new(store.clone(), None, config());
+    let info = decorate_full(&engine, session("A third session: and to Tromsø?"), now + 180.0);
+    assert_eq!(info["aligned_on"], "prints", "written at the whole read: {info:#}");
 }
 
 #[test]

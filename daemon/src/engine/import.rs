@@ -26,6 +26,8 @@ impl Engine {
         }
         let mut record: MemoryRecord = field(export, "record")?;
         record.id = memory.to_owned();
+        // Every history message's print is written below, whatever the export said.
+        record.prints_whole = true;
         let messages = export["messages"]
             .as_array()
             .ok_or_else(|| EngineError::InvalidArgument("export.messages must be a list".into()))?
@@ -150,6 +152,9 @@ impl Engine {
             }
             for m in &messages {
                 w.put(Table::Messages, &keys::seq(id, m.seq), m)?;
+                if m.in_history() {
+                    w.put(Table::Prints, &keys::seq2(id, m.fingerprint, m.seq), &())?;
+                }
             }
             for e in &episodes {
                 w.put(Table::Episodes, &keys::seq(id, e.n), e)?;

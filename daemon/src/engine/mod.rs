@@ -443,9 +443,22 @@ impl Engine {
                 };
             }
         }
+        // A request that is no extension of the loaded history reads the whole history only
+        // when its first message may stand before the loaded part (the prints say where each
+        // history message's fingerprint stands): a new session in a long memory, sharing
+        // nothing with it, does not read every message the memory ever stored.
+        if full && plan.aligned != "extends" && aligned_on == "loaded" {
+            let first = incoming_fp.first().copied();
+            if let Some(fp) = first {
+                if !self.store.read(|r| st.may_stand_before_loaded(r, fp))? {
+                    aligned_on = "prints";
+                }
+            }
+        }
         let mut kept = plan.supersede_from.unwrap_or(stored_seqs.len());
         let paired = pairing::check_tool_outputs(st.history().take(kept), &plan.new, &parsed);
-        if (plan.aligned != "extends" || paired.is_err()) && full {
+        let settled = aligned_on == "prints" && paired.is_ok();
+        if (plan.aligned != "extends" || paired.is_err()) && full && !settled {
             self.store.read(|r| st.load_whole(r))?;
             aligned_on = "whole";
             (stored_seqs, plan) = align(&st, &incoming, &incoming_fp, args.history);

@@ -74,6 +74,11 @@ pub struct MemoryRecord {
     /// user message's recall).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub walk: Option<super::walk::PreparedWalk>,
+    /// Every message of the active history has its print in table `prints`. False for a
+    /// memory stored before that table (and one imported): its prints are written the first
+    /// time its whole history is read; until then aligning a request reads the whole history.
+    #[serde(default)]
+    pub prints_whole: bool,
 }
 
 /// One version of the client's instructions and when it was first seen.
@@ -123,6 +128,7 @@ impl MemoryRecord {
             extracted_to: 0,
             next_decision: 0,
             walk: None,
+            prints_whole: true,
         }
     }
 }

@@ -22,6 +22,9 @@ pub struct State {
     /// Set when the client sends note calls back (checked against every note taken): the
     /// cached state then keeps every message instead of reading them again at each op.
     keep_whole: bool,
+    /// Set when the whole history was read for a memory whose prints were not whole: the save
+    /// writes every history message's print.
+    write_prints: bool,
     pub episodes: Vec<Episode>,
     pub facts: Vec<Fact>,
     pub traces: Vec<Trace>,
@@ -105,6 +108,7 @@ impl State {
             messages,
             loaded_from,
             keep_whole: false,
+            write_prints: false,
             episodes,
             facts: r.scan(Table::Facts, &prefix)?,
             traces,
@@ -135,6 +139,18 @@ impl State {
         for seq in &self.dirty_messages {
             let m = &self.messages[self.message_index(*seq).expect("dirty message exists")];
             w.put(Table::Messages, &keys::seq(id, m.seq), m)?;
+            // A superseded message (or a note call) leaves the history: its print goes.
+            let print = keys::seq2(id, m.fingerprint, m.seq);
+            if m.in_history() {
+                w.put(Table::Prints, &print, &())?;
+            } else {
+                w.delete(Table::Prints, &print)?;
+            }
+        }
+        if self.write_prints {
+            for m in self.messages.iter().filter(|m| m.in_history()) {
+                w.put(Table::Prints, &keys::seq2(id, m.fingerprint, m.seq), &())?;
+            }
         }
         for n in &self.dirty_episodes {
             w.put(Table::Episodes, &keys::seq(id, *n), &self.episodes[*n as usize])?;
@@ -200,6 +216,7 @@ impl State {
         self.new_traces = 0;
         self.new_jobs.clear();
         self.done_jobs.clear();
+        self.write_prints = false;
         self.existed = true;
     }
 
@@ -303,6 +320,10 @@ impl State {
     /// Every message is loaded (and the history's chains written where they are missing).
     pub fn load_whole(&mut self, r: &Reader<'_>) -> Result<(), StoreError> {
         self.load_messages_from(r, 0)?;
+        if !self.memory.prints_whole {
+            self.memory.prints_whole = true;
+            self.write_prints = true;
+        }
         let mut previous = None;
         for m in self.messages.iter_mut().filter(|m| m.in_history()) {
             let chain = Chain::next(previous, m.fingerprint);
@@ -345,6 +366,24 @@ impl State {
 
     pub fn whole(&self) -> bool {
         self.loaded_from == 0
+    }
+
+    /// Whether a request whose first history message has fingerprint `fp` can stand anywhere
+    /// in the history that is not loaded, from the prints (a prefix scan, no message read):
+    /// false when no message before the loaded ones has that fingerprint, so lining the request
+    /// up with the loaded history is exact. True when one has, or when the prints are not whole.
+    pub fn may_stand_before_loaded(&self, r: &Reader<'_>, fp: u64) -> Result<bool, StoreError> {
+        if !self.memory.prints_whole {
+            return Ok(true);
+        }
+        let id = &self.memory.id;
+        let mut older = false;
+        let prefix = keys::seq2_prefix(id, fp);
+        r.visit(Table::Prints, &prefix, &prefix, |k, _: serde::de::IgnoredAny| {
+            older = keys::last_number(k) < self.loaded_from;
+            Ok(!older)
+        })?;
+        Ok(older)
     }
 
     /// Before the state is cached: drops the messages (and recall blocks) an op read beyond what

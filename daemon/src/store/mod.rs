@@ -24,7 +24,9 @@ use serde::Serialize;
 /// it forgets a memory). Older stores are read as they are and marked 3.
 /// 4: embeddings stored as 16-bit floats in one binary value (`records::compact_vector`); the
 /// arrays of 32-bit floats written before are read as they are, and the store is marked 4.
-pub const SCHEMA_VERSION: u32 = 4;
+/// 5: the per-memory `prints` table (where each history message's fingerprint stands); a
+/// memory stored before it gets its prints the first time its whole history is read.
+pub const SCHEMA_VERSION: u32 = 5;
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
 /// Named tables. Keys are built by [`keys`]; values are MessagePack maps.
@@ -76,10 +78,13 @@ pub enum Table {
     /// memory id + decision number → what one decorate decided (the latest 32: a diagnostic
     /// log for `inspect`).
     Decisions,
+    /// memory id + fingerprint + seq → nothing: where each message of the active history
+    /// stands, so a request can be lined up with history that is not loaded.
+    Prints,
 }
 
 impl Table {
-    pub const ALL: [Table; 22] = [
+    pub const ALL: [Table; 23] = [
         Table::Meta,
         Table::Memories,
         Table::Messages,
@@ -102,6 +107,7 @@ impl Table {
         Table::Verdicts,
         Table::Routines,
         Table::Decisions,
+        Table::Prints,
     ];
 
     /// The table's name in LMDB (and in receipts).
@@ -129,6 +135,7 @@ impl Table {
             Table::Verdicts => "verdicts",
             Table::Routines => "routines",
             Table::Decisions => "decisions",
+            Table::Prints => "prints",
         }
     }
 
@@ -626,7 +633,8 @@ impl Writer<'_> {
         Ok(removed)
     }
 
-    fn delete_prefix(&mut self, table: Table, prefix: &[u8]) -> Result<u64, StoreError> {
+    /// Deletes every entry under `prefix`; returns how many.
+    pub fn delete_prefix(&mut self, table: Table, prefix: &[u8]) -> Result<u64, StoreError> {
         let db = self.store.db(table);
         let mut doomed: Vec<Vec<u8>> = Vec::new();
         scan_in(&self.txn, db, prefix, prefix, |k, _| {
