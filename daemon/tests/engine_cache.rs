@@ -7,10 +7,10 @@
 
 use std::sync::Arc;
 
-use recalld::engine::{Engine, EngineConfig};
 use recalld::engine::records::MemoryRecord;
+use recalld::engine::{Engine, EngineConfig};
 use recalld::store::{keys, Read, Store, StoreOptions, Table};
-use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
+use recalld_protocol::ops::{DecorateArgs, DecorateReply, HistoryMode, ReportArgs};
 use serde_json::{json, Value};
 
 /// The requests, the export, and what each decorate's alignment read (`info.aligned_on`).
@@ -49,18 +49,7 @@ fn run_in(
             Engine::new(store.clone(), None, config.clone())
         };
         let engine = if fresh_engine_per_op { &e_decorate } else { &shared };
-        let out = engine
-            .decorate(DecorateArgs {
-                memory: "c".into(),
-                request: json!({"model": "gpt-4o", "messages": history}),
-                now: Some(now),
-                dry_run: false,
-                ceiling: Some(900),
-                agent: None,
-                user: None,
-                history: HistoryMode::Full,
-            })
-            .unwrap();
+        let out = decorate_full(engine, json!(history), now);
         let asked = out.info["note_ask"] == true;
         aligned_on.push(out.info["aligned_on"].as_str().unwrap().to_owned());
         if resend_view {
@@ -100,7 +89,7 @@ fn run_in(
 }
 
 /// One decorate of `messages` (the whole history, as the client has it) in memory "c".
-fn decorate_full(engine: &Engine, messages: Value, now: f64) -> Value {
+fn decorate_full(engine: &Engine, messages: Value, now: f64) -> DecorateReply {
     engine
         .decorate(DecorateArgs {
             memory: "c".into(),
@@ -113,7 +102,6 @@ fn decorate_full(engine: &Engine, messages: Value, now: f64) -> Value {
             history: HistoryMode::Full,
         })
         .unwrap()
-        .info
 }
 
 /// A new session in a long memory shares nothing with it: the index of the history's
@@ -125,26 +113,45 @@ fn a_new_session_is_lined_up_by_the_prints_and_an_edit_of_old_history_by_the_who
     let (_, _, _, dir) = run_in(false, 40, false);
     let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
     let engine = Engine::new(store.clone(), None, config());
-    let prints = || store.read(|r| r.count(Table::Prints, &keys::memory_prefix("c"))).unwrap();
+    let prints = || {
+        store
+            .read(|r| r.count(Table::Prints, &keys::memory_prefix("c")))
+            .unwrap()
+    };
     let now = 1_800_000_000.0;
-    let session = |text: &str| json!([{"role": "system", "content": "You are terse."}, {"role": "user", "content": text}]);
+    let session =
+        |text: &str| json!([{"role": "system", "content": "You are terse."}, {"role": "user", "content": text}]);
 
-    let info = decorate_full(&engine, session("A new session: which carriers ship to Oslo?"), now);
-    assert_eq!((info["aligned"].as_str(), info["aligned_on"].as_str()), (Some("unrelated"), Some("prints")), "{info:#}");
+    let info = decorate_full(&engine, session("A new session: which carriers ship to Oslo?"), now).info;
+    assert_eq!(
+        (info["aligned"].as_str(), info["aligned_on"].as_str()),
+        (Some("unrelated"), Some("prints")),
+        "{info:#}"
+    );
 
     let edit = json!([
         {"role": "system", "content": "You are terse."},
         {"role": "user", "content": "Turn 0: check order #000 and tell me its shipping status, carrier and tracking number please."},
         {"role": "user", "content": "Actually, forget that order."}
     ]);
-    let info = decorate_full(&engine, edit, now + 60.0);
-    assert_eq!((info["aligned"].as_str(), info["aligned_on"].as_str()), (Some("edit"), Some("whole")), "{info:#}");
+    let info = decorate_full(&engine, edit, now + 60.0).info;
+    assert_eq!(
+        (info["aligned"].as_str(), info["aligned_on"].as_str()),
+        (Some("edit"), Some("whole")),
+        "{info:#}"
+    );
     let export = engine.export("c").unwrap();
     let messages = export["messages"].as_array().unwrap();
     let superseded = messages.iter().filter(|m| !m["superseded_at"].is_null()).count();
-    assert!(superseded > 100, "everything after the first user message: {superseded}");
+    assert!(
+        superseded > 100,
+        "everything after the first user message: {superseded}"
+    );
     assert_eq!(
-        messages.iter().filter(|m| m["superseded_at"].is_null() && m["role"] == "user").count(),
+        messages
+            .iter()
+            .filter(|m| m["superseded_at"].is_null() && m["role"] == "user")
+            .count(),
         2,
         "turn 0 and the edit"
     );
@@ -163,14 +170,14 @@ fn a_new_session_is_lined_up_by_the_prints_and_an_edit_of_old_history_by_the_who
         .unwrap();
     assert_eq!(prints(), 0);
     let engine = Engine::new(store.clone(), None, config());
-    let info = decorate_full(&engine, session("Another session: and to Bergen?"), now + 120.0);
+    let info = decorate_full(&engine, session("Another session: and to Bergen?"), now + 120.0).info;
     assert_eq!(info["aligned_on"], "whole", "no prints yet: {info:#}");
     // Turn 0, the edit and this session's message: the active history (superseded messages
     // have no print).
     assert_eq!(prints(), 3, "every history message's print written at the whole read");
     drop(engine);
     let engine = Engine::new(store.clone(), None, config());
-    let info = decorate_full(&engine, session("A third session: and to Tromsø?"), now + 180.0);
+    let info = decorate_full(&engine, session("A third session: and to Tromsø?"), now + 180.0).info;
     assert_eq!(info["aligned_on"], "prints", "written at the whole read: {info:#}");
 }
 

@@ -42,10 +42,7 @@ const MEMO_FROM_BYTES: usize = 512;
 /// Counts kept per generation (two generations: the older is dropped when the newer fills).
 const MEMO_ENTRIES: usize = 4096;
 
-static MEMO: std::sync::Mutex<Memo> = std::sync::Mutex::new(Memo {
-    new: None,
-    old: None,
-});
+static MEMO: std::sync::Mutex<Memo> = std::sync::Mutex::new(Memo { new: None, old: None });
 
 /// A text's length and 64-bit hash (a collision would only misestimate one text's size).
 fn memo_key(text: &str) -> (usize, u64) {

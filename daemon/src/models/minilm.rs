@@ -211,7 +211,9 @@ impl Embedder for MiniLm {
 
     fn embed(&self, ctx: &CallCtx, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
         // Batch texts of similar length together (less padding), then restore the order.
-        let rows = self.tokenize(texts).inspect_err(|_| self.usage.record_error(ctx.memory))?;
+        let rows = self
+            .tokenize(texts)
+            .inspect_err(|_| self.usage.record_error(ctx.memory))?;
         let mut order: Vec<usize> = (0..texts.len()).collect();
         order.sort_by_key(|&i| rows[i].len());
         let lens: Vec<usize> = order.iter().map(|&i| rows[i].len()).collect();
