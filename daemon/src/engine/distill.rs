@@ -6,7 +6,7 @@
 //! other conversations) loses its text then (it served its turn) and keeps its items.
 
 use super::recall::render_parts;
-use super::records::RecallBlock;
+use super::records::{RecallBlock, StoredMessage};
 use super::state::State;
 use super::tokens;
 use crate::models::{CallCtx, Judge, ModelError};
@@ -25,12 +25,16 @@ pub(super) struct Snapshot {
 }
 
 /// The block before user message `seq`, its facts' texts and the conversation from that
-/// message on; None when there is no block to distill.
-pub(super) fn snapshot(st: &State, seq: u64) -> Option<Snapshot> {
+/// message on (`messages`: the state's history, or the block's turn read from the store when
+/// it is older than the state); None when there is no block to distill.
+pub(super) fn snapshot<'a>(
+    st: &State,
+    seq: u64,
+    block: &RecallBlock,
+    messages: impl Iterator<Item = &'a StoredMessage>,
+) -> Option<Snapshot> {
     // A block holding only the cross-memory section is "distilled" too: to nothing.
-    let block = st
-        .recalls
-        .get(&seq)
+    let block = Some(block)
         .filter(|b| !b.distilled && (!b.items.is_empty() || b.across.as_ref().is_some_and(|a| !a.text.is_empty())))?;
     let facts = block
         .items
@@ -42,9 +46,8 @@ pub(super) fn snapshot(st: &State, seq: u64) -> Option<Snapshot> {
     // The turn the block was made for, from its message to the turn's last reply (a job run
     // late must not judge the block against what came long after); a long turn keeps its
     // head (the question) and its tail (the answer that used the block).
-    let conversation: String = st
-        .history()
-        .filter(|m| m.seq >= seq && m.turn == block.turn)
+    let conversation: String = messages
+        .filter(|m| m.in_history() && m.seq >= seq && m.turn == block.turn)
         .map(|m| format!("{}: {}\n", m.message.role.as_str(), m.message.text))
         .collect();
     let conversation = head_and_tail(&conversation, CONVERSATION_CHARS);
@@ -71,11 +74,10 @@ impl Snapshot {
 }
 
 /// Rewrites the block to the kept items, if it is still the one judged, and moves its user
-/// message's size by the difference.
-pub(super) fn apply(st: &mut State, seq: u64, keep: &[usize]) {
-    let Some(block) = st.recalls.get(&seq).filter(|b| !b.distilled).cloned() else {
-        return;
-    };
+/// message's size by the difference. When that message is older than the state: the block's
+/// size before and after, for the caller to resize the stored message.
+pub(super) fn apply(st: &mut State, seq: u64, keep: &[usize]) -> Option<(u64, u64)> {
+    let block = st.recalls.get(&seq).filter(|b| !b.distilled).cloned()?;
     // The best few facts the judge kept (items are in score order): a distilled block is
     // history from now on, and every turn may leave one. Excerpts served their turn; what
     // lasts of them is the facts noted from them.
@@ -107,11 +109,13 @@ pub(super) fn apply(st: &mut State, seq: u64, keep: &[usize]) {
         }),
         ..block.clone()
     };
-    if st.messages.iter().any(|m| m.seq == seq) {
+    let loaded = st.messages.iter().any(|m| m.seq == seq);
+    if loaded {
         let m = st.message_mut(seq);
         m.tokens = (u64::from(m.tokens) + size).saturating_sub(block.tokens) as u32;
     }
     st.put_recall(distilled);
+    (!loaded).then_some((block.tokens, size))
 }
 
 /// `text` when it is at most `max` bytes, else its first and last `max / 2` (on char

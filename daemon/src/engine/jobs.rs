@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::cut::{self, UnitBatch, CONTEXT_UNITS};
 use super::records::{
-    EpisodeState, Fact, Job, JobKind, Passage, StoredMessage, TraceKind, UnitScore, VectorKind, VectorRecord,
+    EpisodeState, Fact, Job, JobKind, Passage, RecallBlock, StoredMessage, TraceKind, UnitScore, VectorKind,
+    VectorRecord,
 };
 use super::state::{self, State};
 use super::{distill, graph, indexing, scopes, units, walk, Engine, EngineError};
@@ -218,12 +219,12 @@ impl Engine {
                 }
             }
             Judged::Distilled { seq, keep } => {
-                // The block's message is resized with it, wherever it lies.
-                self.store.read(|r| {
-                    st.load_messages_from(r, seq)?;
-                    st.load_recall(r, seq)
-                })?;
-                distill::apply(&mut st, seq, &keep)
+                // The block's message is resized with it, wherever it lies (an older one is
+                // read and written alone).
+                self.store.read(|r| st.load_recall(r, seq))?;
+                if let Some((before, after)) = distill::apply(&mut st, seq, &keep) {
+                    self.store.read(|r| st.resize_older(r, seq, before, after))?;
+                }
             }
             Judged::Walk(prepared) => walk::apply(&mut st, prepared),
             Judged::Failed(_) | Judged::Nothing => {}
@@ -311,9 +312,31 @@ impl Engine {
                 let (passages, texts) = indexing::passage_drafts(st, self.config.passage_tokens);
                 Snapshot::Passages(passages, texts)
             }
-            JobKind::Distill { seq } => distill::snapshot(st, *seq).map_or(Snapshot::Nothing, Snapshot::Distill),
+            JobKind::Distill { seq } => self
+                .distill_snapshot(st, *seq)
+                .map_or(Snapshot::Nothing, Snapshot::Distill),
             JobKind::Walk => walk::snapshot(st).map_or(Snapshot::Nothing, Snapshot::Walk),
             JobKind::Handoff => Snapshot::Nothing,
+        }
+    }
+
+    /// A distill's block and turn: from the state, or read from the store when the block is
+    /// older than the state (a late job reads that one turn, not every message since).
+    fn distill_snapshot(&self, st: &State, seq: u64) -> Option<distill::Snapshot> {
+        if seq >= st.loaded_from() {
+            return distill::snapshot(st, seq, st.recalls.get(&seq)?, st.history());
+        }
+        let memory = &st.memory.id;
+        let read = self.store.read(|r| {
+            let block: Option<RecallBlock> = r.get(Table::Recall, &keys::seq(memory, seq))?;
+            Ok((block, state::turn_messages(r, memory, seq)?))
+        });
+        match read {
+            Ok((block, turn)) => distill::snapshot(st, seq, block.as_ref()?, turn.iter()),
+            Err(e) => {
+                tracing::warn!(memory, seq, error = %e, "cannot read a recall block's turn");
+                None
+            }
         }
     }
 
@@ -593,7 +616,6 @@ fn older_needed(st: &State, job: &JobKind, config: &super::EngineConfig) -> Opti
             .iter()
             .find(|e| matches!(e.state, EpisodeState::Sealed | EpisodeState::Forgotten) && !e.passaged)
             .map(|e| e.first_seq),
-        JobKind::Distill { seq } => Some(*seq),
         _ => None,
     }
 }

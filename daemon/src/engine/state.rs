@@ -25,6 +25,9 @@ pub struct State {
     /// Set when the whole history was read for a memory whose prints were not whole: the save
     /// writes every history message's print.
     write_prints: bool,
+    /// Messages older than the loaded ones that an op changed (a late distill resizes its
+    /// block's message): written with the save, not kept.
+    older_changed: Vec<StoredMessage>,
     pub episodes: Vec<Episode>,
     pub facts: Vec<Fact>,
     pub traces: Vec<Trace>,
@@ -109,6 +112,7 @@ impl State {
             loaded_from,
             keep_whole: false,
             write_prints: false,
+            older_changed: Vec::new(),
             episodes,
             facts: r.scan(Table::Facts, &prefix)?,
             traces,
@@ -146,6 +150,9 @@ impl State {
             } else {
                 w.delete(Table::Prints, &print)?;
             }
+        }
+        for m in &self.older_changed {
+            w.put(Table::Messages, &keys::seq(id, m.seq), m)?;
         }
         if self.write_prints {
             for m in self.messages.iter().filter(|m| m.in_history()) {
@@ -217,6 +224,7 @@ impl State {
         self.new_jobs.clear();
         self.done_jobs.clear();
         self.write_prints = false;
+        self.older_changed.clear();
         self.existed = true;
     }
 
@@ -362,6 +370,21 @@ impl State {
         let loaded: Vec<u64> = self.history().map(|m| m.fingerprint).collect();
         let rest = &incoming[p..];
         (rest.len() >= loaded.len() && rest[..loaded.len()] == loaded[..]).then_some(p + loaded.len())
+    }
+
+    /// The first seq whose message the state holds.
+    pub fn loaded_from(&self) -> u64 {
+        self.loaded_from
+    }
+
+    /// Moves the size of message `seq`, older than the loaded ones, from a recall block of
+    /// `before` tokens to one of `after` (a late distill): read alone and written with the save.
+    pub fn resize_older(&mut self, r: &Reader<'_>, seq: u64, before: u64, after: u64) -> Result<(), StoreError> {
+        if let Some(mut m) = r.get::<StoredMessage>(Table::Messages, &keys::seq(&self.memory.id, seq))? {
+            m.tokens = (u64::from(m.tokens) + after).saturating_sub(before) as u32;
+            self.older_changed.push(m);
+        }
+        Ok(())
     }
 
     pub fn whole(&self) -> bool {
@@ -585,6 +608,25 @@ pub fn wall_clock() -> f64 {
 }
 
 /// The oldest queued job of a memory that is not parked.
+/// The stored messages of the turn user message `seq` opens, read from the store alone (a
+/// late distill judges its block against that turn, without loading everything since).
+pub fn turn_messages(r: &Reader<'_>, memory: &str, seq: u64) -> Result<Vec<StoredMessage>, StoreError> {
+    let mut out: Vec<StoredMessage> = Vec::new();
+    r.visit(
+        Table::Messages,
+        &keys::memory_prefix(memory),
+        &keys::seq(memory, seq),
+        |_, m: StoredMessage| {
+            if out.first().is_some_and(|first| m.turn != first.turn) {
+                return Ok(false);
+            }
+            out.push(m);
+            Ok(true)
+        },
+    )?;
+    Ok(out)
+}
+
 pub fn oldest_job(r: &Reader<'_>, memory: &str) -> Result<Option<Job>, StoreError> {
     let prefix = keys::memory_prefix(memory);
     let mut found = None;
@@ -761,6 +803,32 @@ mod tests {
         let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
         sixty_turns(&mut st);
         (dir, store, st)
+    }
+
+    #[test]
+    fn an_older_turn_is_read_alone_and_an_older_message_resized_without_loading_what_follows() {
+        let (_dir, store, mut st) = sixty_turns_unsaved();
+        store.write(|w| st.save(w)).unwrap();
+        let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
+        let loaded = st.loaded_from();
+        assert!(loaded > 20, "{loaded}");
+        // Turn 6 is seqs 10 and 11 (a user message and its reply), long before the loaded ones.
+        let turn = store.read(|r| turn_messages(r, "m", 10)).unwrap();
+        assert_eq!(turn.iter().map(|m| m.seq).collect::<Vec<_>>(), vec![10, 11]);
+        assert!(turn.iter().all(|m| m.turn == 6));
+
+        let before = turn[0].tokens;
+        store.read(|r| st.resize_older(r, 10, 3, 1)).unwrap();
+        assert_eq!(st.loaded_from(), loaded, "nothing older was loaded");
+        store.write(|w| st.save(w)).unwrap();
+        st.mark_saved();
+        let m: StoredMessage = store
+            .read(|r| r.get(Table::Messages, &keys::seq("m", 10)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.tokens, before - 2, "the block's 3 tokens became 1");
+        // Saved once: a later save writes it no more.
+        assert!(st.older_changed.is_empty());
     }
 
     #[test]
