@@ -807,7 +807,7 @@ mod tests {
 
     #[test]
     fn an_older_turn_is_read_alone_and_an_older_message_resized_without_loading_what_follows() {
-        let (_dir, store, mut st) = sixty_turns_unsaved();
+        let (_dir, store, st) = sixty_turns_unsaved();
         store.write(|w| st.save(w)).unwrap();
         let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
         let loaded = st.loaded_from();
