@@ -81,6 +81,8 @@ enum Snapshot {
     Walk(walk::Snapshot),
     /// The job judges nothing (a cut is arithmetic).
     Nothing,
+    /// What the job judges could not be read (the job fails and is tried again).
+    Unreadable(String),
 }
 
 /// A judgment, ready to apply.
@@ -312,9 +314,10 @@ impl Engine {
                 let (passages, texts) = indexing::passage_drafts(st, self.config.passage_tokens);
                 Snapshot::Passages(passages, texts)
             }
-            JobKind::Distill { seq } => self
-                .distill_snapshot(st, *seq)
-                .map_or(Snapshot::Nothing, Snapshot::Distill),
+            JobKind::Distill { seq } => match self.distill_snapshot(st, *seq) {
+                Ok(snap) => snap.map_or(Snapshot::Nothing, Snapshot::Distill),
+                Err(e) => Snapshot::Unreadable(e.to_string()),
+            },
             JobKind::Walk => walk::snapshot(st).map_or(Snapshot::Nothing, Snapshot::Walk),
             JobKind::Handoff => Snapshot::Nothing,
         }
@@ -322,27 +325,27 @@ impl Engine {
 
     /// A distill's block and turn: from the state, or read from the store when the block is
     /// older than the state (a late job reads that one turn, not every message since).
-    fn distill_snapshot(&self, st: &State, seq: u64) -> Option<distill::Snapshot> {
+    fn distill_snapshot(&self, st: &State, seq: u64) -> Result<Option<distill::Snapshot>, EngineError> {
         if seq >= st.loaded_from() {
-            return distill::snapshot(st, seq, st.recalls.get(&seq)?, st.history());
+            return Ok(st
+                .recalls
+                .get(&seq)
+                .and_then(|block| distill::snapshot(st, seq, block, st.history())));
         }
         let memory = &st.memory.id;
-        let read = self.store.read(|r| {
+        let (block, turn) = self.store.read(|r| {
             let block: Option<RecallBlock> = r.get(Table::Recall, &keys::seq(memory, seq))?;
             Ok((block, state::turn_messages(r, memory, seq)?))
-        });
-        match read {
-            Ok((block, turn)) => distill::snapshot(st, seq, block.as_ref()?, turn.iter()),
-            Err(e) => {
-                tracing::warn!(memory, seq, error = %e, "cannot read a recall block's turn");
-                None
-            }
-        }
+        })?;
+        Ok(block.and_then(|block| distill::snapshot(st, seq, &block, turn.iter())))
     }
 
     /// Runs the judge on a snapshot; no lock is held. Without a judge, or when it fails,
     /// nothing is returned for what was not judged: nothing is invented.
     fn judge_snapshot(&self, memory: &str, snapshot: Snapshot) -> Judged {
+        if let Snapshot::Unreadable(error) = snapshot {
+            return Judged::Failed(error);
+        }
         if let Snapshot::Passages(passages, texts) = snapshot {
             // Passages are stored (and indexed by words) even without an embedder.
             return match self.embed_passages(memory, &texts) {
@@ -413,7 +416,7 @@ impl Engine {
                 Ok(prepared) => Judged::Walk(prepared),
                 Err(e) => Judged::Failed(e),
             },
-            Snapshot::Passages(..) | Snapshot::Nothing => Judged::Nothing,
+            Snapshot::Passages(..) | Snapshot::Nothing | Snapshot::Unreadable(_) => Judged::Nothing,
         }
     }
 

@@ -607,7 +607,6 @@ pub fn wall_clock() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// The oldest queued job of a memory that is not parked.
 /// The stored messages of the turn user message `seq` opens, read from the store alone (a
 /// late distill judges its block against that turn, without loading everything since).
 pub fn turn_messages(r: &Reader<'_>, memory: &str, seq: u64) -> Result<Vec<StoredMessage>, StoreError> {
@@ -627,6 +626,7 @@ pub fn turn_messages(r: &Reader<'_>, memory: &str, seq: u64) -> Result<Vec<Store
     Ok(out)
 }
 
+/// The oldest queued job of a memory that is not parked.
 pub fn oldest_job(r: &Reader<'_>, memory: &str) -> Result<Option<Job>, StoreError> {
     let prefix = keys::memory_prefix(memory);
     let mut found = None;
