@@ -111,8 +111,7 @@ pub(super) fn apply(st: &mut State, seq: u64, keep: &[usize]) -> Option<(u64, u6
     };
     let loaded = st.messages.iter().any(|m| m.seq == seq);
     if loaded {
-        let m = st.message_mut(seq);
-        m.tokens = (u64::from(m.tokens) + size).saturating_sub(block.tokens) as u32;
+        st.message_mut(seq).resize_block(block.tokens, size);
     }
     st.put_recall(distilled);
     (!loaded).then_some((block.tokens, size))

@@ -13,8 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::cut::{self, UnitBatch, CONTEXT_UNITS};
 use super::records::{
-    EpisodeState, Fact, Job, JobKind, Passage, RecallBlock, StoredMessage, TraceKind, UnitScore, VectorKind,
-    VectorRecord,
+    EpisodeState, Fact, Job, JobKind, Passage, StoredMessage, TraceKind, UnitScore, VectorKind, VectorRecord,
 };
 use super::state::{self, State};
 use super::{distill, graph, indexing, scopes, units, walk, Engine, EngineError};
@@ -334,8 +333,10 @@ impl Engine {
         }
         let memory = &st.memory.id;
         let (block, turn) = self.store.read(|r| {
-            let block: Option<RecallBlock> = r.get(Table::Recall, &keys::seq(memory, seq))?;
-            Ok((block, state::turn_messages(r, memory, seq)?))
+            Ok((
+                state::recall_block(r, memory, seq)?,
+                state::turn_messages(r, memory, seq)?,
+            ))
         })?;
         Ok(block.and_then(|block| distill::snapshot(st, seq, &block, turn.iter())))
     }

@@ -329,11 +329,7 @@ impl Engine {
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut st = self.take_state(memory, 0.0)?;
         if let Some(seq) = from(&st) {
-            self.store.read(|r| {
-                st.load_messages_from(r, seq)?;
-                // A job naming an older seq may judge the recall block there (distill).
-                st.load_recall(r, seq)
-            })?;
+            self.store.read(|r| st.load_messages_from(r, seq))?;
         }
         let out = f(&st);
         if st.existed {
@@ -448,8 +444,7 @@ impl Engine {
         // history message's fingerprint stands): a new session in a long memory, sharing
         // nothing with it, does not read every message the memory ever stored.
         if full && plan.aligned != "extends" && aligned_on == "loaded" {
-            let first = incoming_fp.first().copied();
-            if let Some(fp) = first {
+            if let Some(&fp) = incoming_fp.first() {
                 if !self.store.read(|r| st.may_stand_before_loaded(r, fp))? {
                     aligned_on = "prints";
                 }

@@ -215,6 +215,12 @@ impl StoredMessage {
         self.superseded_at.is_none() && !self.note
     }
 
+    /// A user message's size counts the recall block stored before it: the block went from
+    /// `before` tokens to `after` (distilled).
+    pub fn resize_block(&mut self, before: u64, after: u64) {
+        self.tokens = (u64::from(self.tokens) + after).saturating_sub(before) as u32;
+    }
+
     /// The export form: provenance and the message exactly as it came.
     pub fn export(&self) -> Value {
         json!({

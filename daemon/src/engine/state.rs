@@ -318,7 +318,7 @@ impl State {
     /// them all with older messages would double what a lane job reads under the lock).
     pub fn load_recall(&mut self, r: &Reader<'_>, seq: u64) -> Result<(), StoreError> {
         if !self.recalls.contains_key(&seq) {
-            if let Some(b) = r.get::<RecallBlock>(Table::Recall, &keys::seq(&self.memory.id, seq))? {
+            if let Some(b) = recall_block(r, &self.memory.id, seq)? {
                 self.recalls.insert(seq, b);
             }
         }
@@ -381,7 +381,7 @@ impl State {
     /// `before` tokens to one of `after` (a late distill): read alone and written with the save.
     pub fn resize_older(&mut self, r: &Reader<'_>, seq: u64, before: u64, after: u64) -> Result<(), StoreError> {
         if let Some(mut m) = r.get::<StoredMessage>(Table::Messages, &keys::seq(&self.memory.id, seq))? {
-            m.tokens = (u64::from(m.tokens) + after).saturating_sub(before) as u32;
+            m.resize_block(before, after);
             self.older_changed.push(m);
         }
         Ok(())
@@ -723,13 +723,18 @@ pub fn lane_depths(r: &Reader<'_>, memory: Option<&str>) -> Result<Vec<LaneDepth
     Ok(lanes)
 }
 
-/// Memories that have runnable jobs, and how many such jobs in all.
 /// Every recall block of a memory, oldest first (a loaded state holds those from its horizon
 /// on): for export and what reads a whole conversation's blocks.
 pub fn all_recalls(r: &Reader<'_>, memory: &str) -> Result<Vec<RecallBlock>, StoreError> {
     r.scan(Table::Recall, &keys::memory_prefix(memory))
 }
 
+/// The stored recall block before user message `seq`, read alone.
+pub fn recall_block(r: &Reader<'_>, memory: &str, seq: u64) -> Result<Option<RecallBlock>, StoreError> {
+    r.get(Table::Recall, &keys::seq(memory, seq))
+}
+
+/// Memories that have runnable jobs, and how many such jobs in all.
 pub fn pending_jobs(r: &Reader<'_>) -> Result<(Vec<String>, u64), StoreError> {
     let lanes = lane_depths(r, None)?;
     let count = lanes.iter().map(|l| l.depth).sum();
