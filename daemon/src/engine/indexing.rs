@@ -13,7 +13,7 @@ use super::state::State;
 use super::{cut, graph, units, Engine, EngineError};
 use crate::index::{IndexError, Marks};
 use crate::models::CallCtx;
-use crate::store::{keys, Table};
+use crate::store::{keys, Reader, StoreError, Table};
 
 /// Passages cut per job at most (whole episodes; more are left to the next job).
 const PASSAGES_PER_JOB: usize = 256;
@@ -22,8 +22,12 @@ const PASSAGES_PER_JOB: usize = 256;
 /// the text each is embedded from: a passage that is one whole tool step is embedded from the
 /// text the unit-scoring job embedded when the unit closed ([`cut::unit_text`]), so the
 /// embedding cache answers it (agent turns are mostly one large step each); any other passage
-/// from its own text.
-pub(super) fn passage_drafts(st: &State, passage_tokens: u64) -> (Vec<Passage>, Vec<String>) {
+/// from its own text. An episode older than the loaded state is read alone from the store.
+pub(super) fn passage_drafts(
+    st: &State,
+    r: &Reader<'_>,
+    passage_tokens: u64,
+) -> Result<(Vec<Passage>, Vec<String>), StoreError> {
     let mut next = st.memory.next_passage;
     let mut out = Vec::new();
     let mut texts = Vec::new();
@@ -35,10 +39,8 @@ pub(super) fn passage_drafts(st: &State, passage_tokens: u64) -> (Vec<Passage>, 
         if out.len() >= PASSAGES_PER_JOB {
             break;
         }
-        let ms: Vec<&StoredMessage> = st
-            .messages_in(e.first_seq, e.last_seq)
-            .filter(|m| m.in_history())
-            .collect();
+        let owned = st.history_between(r, e.first_seq, e.last_seq)?;
+        let ms: Vec<&StoredMessage> = owned.iter().map(|m| m.as_ref()).collect();
         let ps = passages_of(e.n, &ms, next, passage_tokens);
         for p in &ps {
             // A passage is a contiguous run of the episode's messages.
@@ -49,7 +51,7 @@ pub(super) fn passage_drafts(st: &State, passage_tokens: u64) -> (Vec<Passage>, 
         next += ps.len() as u64;
         out.extend(ps);
     }
-    (out, texts)
+    Ok((out, texts))
 }
 
 /// The text passage `p` is embedded from, given its history messages (see [`passage_drafts`]):

@@ -18,7 +18,7 @@ use super::records::{
 use super::state::{self, State};
 use super::{distill, graph, indexing, scopes, units, walk, Engine, EngineError};
 use crate::models::{BoundaryScore, CallCtx};
-use crate::store::{keys, Table};
+use crate::store::{keys, Reader, StoreError, Table};
 
 /// What the lanes have done since start (for `stats`): throughput is visible, never guessed.
 #[derive(Default)]
@@ -143,11 +143,7 @@ impl Engine {
             // It writes the agent's scope as well as the memory: its own snapshot and apply.
             return self.run_handoff(memory, &job);
         }
-        let snapshot = self.peek_from(
-            memory,
-            |st| older_needed(st, &job.job, &self.config),
-            |st| self.snapshot(st, &job.job),
-        )?;
+        let snapshot = self.peek(memory, |st| self.snapshot(st, &job.job))?;
         let started = std::time::Instant::now();
         let judged = self.judge_snapshot(memory, snapshot);
         let c = &self.lane_counters;
@@ -273,46 +269,21 @@ impl Engine {
 
     fn snapshot(&self, st: &State, job: &JobKind) -> Snapshot {
         match job {
-            JobKind::ScoreFacts { facts } => {
-                // The recent remembered episodes, each judged only for the facts that share
-                // words with it (and the episodes a fact was written for): a fact is about
-                // few episodes, and each judgment is a model call.
-                let pool: Vec<(u64, Vec<String>, BTreeSet<String>)> = judged_pool(st, &self.config)
-                    .map(|e| {
-                        let texts = episode_passages(st, e.n);
-                        let words = scopes::word_set(&texts.join("\n"));
-                        (e.n, texts, words)
-                    })
-                    .collect();
-                let words: Vec<(u64, &BTreeSet<String>)> = pool.iter().map(|(e, _, w)| (*e, w)).collect();
-                let facts: Vec<(u64, String, Vec<u64>)> = facts
-                    .iter()
-                    .filter_map(|&n| st.fact(n).filter(|f| f.is_active()))
-                    .map(|f| {
-                        let own: BTreeSet<u64> = f.all_episodes().collect();
-                        (
-                            f.n,
-                            f.note.clone(),
-                            episodes_to_judge(&scopes::word_set(&f.note), &own, &words),
-                        )
-                    })
-                    .collect();
-                let wanted: BTreeSet<u64> = facts.iter().flat_map(|(_, _, es)| es.iter().copied()).collect();
-                let episodes = pool
-                    .into_iter()
-                    .filter(|(e, ..)| wanted.contains(e))
-                    .map(|(e, texts, _)| (e, texts))
-                    .collect();
-                Snapshot::Facts { facts, episodes }
-            }
+            JobKind::ScoreFacts { facts } => self
+                .store
+                .read(|r| self.facts_snapshot(st, r, facts))
+                .unwrap_or_else(|e| Snapshot::Unreadable(e.to_string())),
             JobKind::ScoreUnits => cut::units_to_score(st).map_or(Snapshot::Nothing, Snapshot::Units),
             JobKind::Graph { facts } => Snapshot::Graph(facts.clone()),
             JobKind::Reembed => Snapshot::Reembed,
             JobKind::Cut => Snapshot::Nothing,
-            JobKind::Index => {
-                let (passages, texts) = indexing::passage_drafts(st, self.config.passage_tokens);
-                Snapshot::Passages(passages, texts)
-            }
+            JobKind::Index => match self
+                .store
+                .read(|r| indexing::passage_drafts(st, r, self.config.passage_tokens))
+            {
+                Ok((passages, texts)) => Snapshot::Passages(passages, texts),
+                Err(e) => Snapshot::Unreadable(e.to_string()),
+            },
             JobKind::Distill { seq } => match self.distill_snapshot(st, *seq) {
                 Ok(snap) => snap.map_or(Snapshot::Nothing, Snapshot::Distill),
                 Err(e) => Snapshot::Unreadable(e.to_string()),
@@ -320,6 +291,39 @@ impl Engine {
             JobKind::Walk => walk::snapshot(st).map_or(Snapshot::Nothing, Snapshot::Walk),
             JobKind::Handoff => Snapshot::Nothing,
         }
+    }
+
+    /// A fact judgment's snapshot: the recent remembered episodes, each judged only for the
+    /// facts that share words with it (and the episodes a fact was written for): a fact is
+    /// about few episodes, and each judgment is a model call.
+    fn facts_snapshot(&self, st: &State, r: &Reader<'_>, facts: &[u64]) -> Result<Snapshot, StoreError> {
+        let pool: Vec<(u64, Vec<String>, BTreeSet<String>)> = judged_pool(st, &self.config)
+            .map(|e| -> Result<_, StoreError> {
+                let texts = episode_passages(st, r, e.n)?;
+                let words = scopes::word_set(&texts.join("\n"));
+                Ok((e.n, texts, words))
+            })
+            .collect::<Result<_, _>>()?;
+        let words: Vec<(u64, &BTreeSet<String>)> = pool.iter().map(|(e, _, w)| (*e, w)).collect();
+        let facts: Vec<(u64, String, Vec<u64>)> = facts
+            .iter()
+            .filter_map(|&n| st.fact(n).filter(|f| f.is_active()))
+            .map(|f| {
+                let own: BTreeSet<u64> = f.all_episodes().collect();
+                (
+                    f.n,
+                    f.note.clone(),
+                    episodes_to_judge(&scopes::word_set(&f.note), &own, &words),
+                )
+            })
+            .collect();
+        let wanted: BTreeSet<u64> = facts.iter().flat_map(|(_, _, es)| es.iter().copied()).collect();
+        let episodes = pool
+            .into_iter()
+            .filter(|(e, ..)| wanted.contains(e))
+            .map(|(e, texts, _)| (e, texts))
+            .collect();
+        Ok(Snapshot::Facts { facts, episodes })
     }
 
     /// A distill's block and turn: from the state, or read from the store when the block is
@@ -609,36 +613,19 @@ fn judged_pool<'a>(st: &'a State, config: &super::EngineConfig) -> impl Iterator
         .take(config.max_episodes_judged)
 }
 
-/// The first seq of the older messages (not loaded with the state) a job reads: the episodes
-/// a fact is judged against, the sealed episodes cut into passages, the conversation from a
-/// recall block on.
-fn older_needed(st: &State, job: &JobKind, config: &super::EngineConfig) -> Option<u64> {
-    match job {
-        JobKind::ScoreFacts { .. } => judged_pool(st, config).last().map(|e| e.first_seq),
-        JobKind::Index => st
-            .episodes
-            .iter()
-            .find(|e| matches!(e.state, EpisodeState::Sealed | EpisodeState::Forgotten) && !e.passaged)
-            .map(|e| e.first_seq),
-        _ => None,
-    }
-}
-
 /// The passages an episode is judged by: its units' texts as the boundary judge read them
-/// (each message's head), the first 16.
-pub(super) fn episode_passages(st: &State, n: u64) -> Vec<String> {
+/// (each message's head), the first 16. An episode older than the loaded state is read alone.
+pub(super) fn episode_passages(st: &State, r: &Reader<'_>, n: u64) -> Result<Vec<String>, StoreError> {
     let e = &st.episodes[n as usize];
-    let ms: Vec<&StoredMessage> = st
-        .messages_in(e.first_seq, e.last_seq)
-        .filter(|m| m.in_history())
-        .collect();
+    let owned = st.history_between(r, e.first_seq, e.last_seq)?;
+    let ms: Vec<&StoredMessage> = owned.iter().map(|m| m.as_ref()).collect();
     // The texts the unit-scoring job embedded, so the embedding cache answers most of them.
-    units::units(&ms)
+    Ok(units::units(&ms)
         .iter()
         .map(|u| cut::unit_text(&ms[u.start..u.end]))
         .filter(|t| !t.is_empty())
         .take(16)
-        .collect()
+        .collect())
 }
 
 #[cfg(test)]

@@ -318,7 +318,12 @@ impl Engine {
 
     /// Reads from the memory's state under its lock without changing it (a lane job copies
     /// what it will judge): the cached state, else loaded once and then kept.
-    /// `from` names (a seq) the older messages to read first, beyond what a state loads.
+    fn peek<T>(&self, memory: &str, f: impl FnOnce(&State) -> T) -> Result<T, EngineError> {
+        self.peek_from(memory, |_| None, f)
+    }
+
+    /// [`Engine::peek`] with older messages read into the state first: `from` names their
+    /// first seq (a handoff reads the conversation since its last extraction).
     fn peek_from<T>(
         &self,
         memory: &str,

@@ -1,6 +1,7 @@
 //! One memory's state, loaded for one op and saved back in one transaction. Changes are
 //! tracked so only what changed is written; traces are only ever appended.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::records::{
@@ -466,6 +467,41 @@ impl State {
         self.messages.iter().filter(|m| m.in_history())
     }
 
+    /// History messages with seqs in `first..=last`: the loaded ones borrowed, older ones read
+    /// from the store. A job on an old episode reads that episode alone instead of loading
+    /// every message from it to the present (and trimming them again).
+    pub fn history_between<'a>(
+        &'a self,
+        r: &Reader<'_>,
+        first: u64,
+        last: u64,
+    ) -> Result<Vec<Cow<'a, StoredMessage>>, StoreError> {
+        let mut out = Vec::new();
+        if first < self.loaded_from {
+            let until = last.min(self.loaded_from - 1);
+            r.visit(
+                Table::Messages,
+                &keys::memory_prefix(&self.memory.id),
+                &keys::seq(&self.memory.id, first),
+                |_, m: StoredMessage| {
+                    if m.seq > until {
+                        return Ok(false);
+                    }
+                    if m.in_history() {
+                        out.push(Cow::Owned(m));
+                    }
+                    Ok(true)
+                },
+            )?;
+        }
+        out.extend(
+            self.messages_in(first, last)
+                .filter(|m| m.in_history())
+                .map(Cow::Borrowed),
+        );
+        Ok(out)
+    }
+
     /// Stored messages with seqs in `first..=last` (superseded and note calls included).
     pub fn messages_in(&self, first: u64, last: u64) -> impl Iterator<Item = &StoredMessage> {
         let from = self.messages.partition_point(|m| m.seq < first);
@@ -690,28 +726,40 @@ pub fn lane_depth(r: &Reader<'_>, memory: &str) -> Result<Option<LaneDepth>, Sto
     }))
 }
 
+/// What the lanes' depths read of a queued job: its age and failures (the rest of the record
+/// is skipped, not decoded; `stats` reads every queued job).
+#[derive(serde::Deserialize)]
+struct JobHead {
+    #[serde(default)]
+    queued_at: f64,
+    #[serde(default)]
+    attempts: u32,
+}
+
 /// Every memory's lane with jobs in it (or one memory's, with `memory`).
 pub fn lane_depths(r: &Reader<'_>, memory: Option<&str>) -> Result<Vec<LaneDepth>, StoreError> {
     let prefix = memory.map(keys::memory_prefix).unwrap_or_default();
     let now = wall_clock();
     let mut lanes: Vec<LaneDepth> = Vec::new();
-    r.visit(Table::Jobs, &prefix, &prefix, |key, job: Job| {
+    r.visit(Table::Jobs, &prefix, &prefix, |key, job: JobHead| {
         let id = key.split(|b| *b == 0).next().unwrap_or_default();
-        let id = String::from_utf8_lossy(id).into_owned();
-        if lanes.last().is_none_or(|l| l.memory != id) {
+        if lanes.last().is_none_or(|l| l.memory.as_bytes() != id) {
             lanes.push(LaneDepth {
-                memory: id,
+                memory: String::from_utf8_lossy(id).into_owned(),
                 ..LaneDepth::default()
             });
         }
         let lane = lanes.last_mut().expect("pushed above");
-        if job.parked() {
-            lane.parked.push(ParkedJob {
-                n: job.n,
-                kind: job.job.name().to_owned(),
-                attempts: job.attempts,
-                error: job.error.clone(),
-            });
+        if job.attempts >= super::records::PARK_AFTER {
+            // Rare: the whole record, for its kind and error.
+            if let Some(job) = r.get::<Job>(Table::Jobs, key)? {
+                lane.parked.push(ParkedJob {
+                    n: job.n,
+                    kind: job.job.name().to_owned(),
+                    attempts: job.attempts,
+                    error: job.error,
+                });
+            }
         } else {
             if lane.depth == 0 && job.queued_at > 0.0 {
                 lane.oldest_age_s = (now - job.queued_at).max(0.0);
@@ -834,6 +882,32 @@ mod tests {
         assert_eq!(m.tokens, before - 2, "the block's 3 tokens became 1");
         // Saved once: a later save writes it no more.
         assert!(st.older_changed.is_empty());
+    }
+
+    #[test]
+    fn an_older_episode_is_read_alone_and_across_the_loaded_edge_joined_in_order() {
+        let (_dir, store, mut whole) = sixty_turns_unsaved();
+        // A superseded message is no part of history, loaded or not.
+        whole.messages[5].superseded_at = Some(1.0);
+        store.write(|w| whole.save(w)).unwrap();
+        let st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
+        let loaded = st.loaded_from();
+        assert!(loaded > 20, "{loaded}");
+        let seqs = |first, last| -> Vec<u64> {
+            let ms = store.read(|r| st.history_between(r, first, last)).unwrap();
+            ms.iter().map(|m| m.seq).collect()
+        };
+        let whole_seqs = |first, last| -> Vec<u64> {
+            whole
+                .messages_in(first, last)
+                .filter(|m| m.in_history())
+                .map(|m| m.seq)
+                .collect()
+        };
+        assert_eq!(seqs(4, 7), vec![4, 6, 7], "an old episode, seq 5 superseded");
+        assert_eq!(seqs(loaded - 3, loaded + 2), whole_seqs(loaded - 3, loaded + 2));
+        assert_eq!(seqs(0, 119), whole_seqs(0, 119));
+        assert_eq!(st.loaded_from(), loaded, "nothing was loaded into the state");
     }
 
     #[test]
