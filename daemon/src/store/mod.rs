@@ -444,26 +444,48 @@ fn scan_in(
     Ok(())
 }
 
-/// Visits entries with `prefix` from the end backwards (newest first for sequence keys).
+/// Visits entries with `prefix` from the end backwards (newest first for sequence keys),
+/// stepping a cursor back from the end of the prefix's range: a caller that wants the last few
+/// of many (an entity's latest edges) reads those few.
 fn scan_rev_in(
     txn: &impl Transaction,
     db: Database,
     prefix: &[u8],
     mut f: impl FnMut(&[u8], &[u8]) -> Result<bool, StoreError>,
 ) -> Result<(), StoreError> {
-    // Collect forward, then walk back: lmdb-rkv exposes no reverse iterator. Prefix ranges
-    // here are one memory's table, bounded by what one memory holds.
-    let mut all: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-    scan_in(txn, db, prefix, prefix, |k, v| {
-        all.push((k.to_vec(), v.to_vec()));
-        Ok(true)
-    })?;
-    for (k, v) in all.iter().rev() {
-        if !f(k, v)? {
-            break;
+    // lmdb-rkv has no reverse iterator: the raw cursor operations (lmdb.h's MDB_cursor_op).
+    use lmdb_sys::{MDB_LAST, MDB_PREV, MDB_SET_RANGE};
+    let cursor = txn.open_ro_cursor(db)?;
+    let mut item = match prefix_end(prefix) {
+        Some(end) => match cursor.get(Some(&end), None, MDB_SET_RANGE) {
+            Ok(_) => cursor.get(None, None, MDB_PREV),
+            Err(lmdb::Error::NotFound) => cursor.get(None, None, MDB_LAST),
+            Err(e) => Err(e),
+        },
+        None => cursor.get(None, None, MDB_LAST),
+    };
+    loop {
+        match item {
+            Ok((Some(k), v)) if k.starts_with(prefix) => {
+                if !f(k, v)? {
+                    break;
+                }
+            }
+            Ok(_) | Err(lmdb::Error::NotFound) => break,
+            Err(e) => return Err(e.into()),
         }
+        item = cursor.get(None, None, MDB_PREV);
     }
     Ok(())
+}
+
+/// The first key after every key that starts with `prefix` (None when there is none: an
+/// empty prefix, or one of 0xff bytes only).
+fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let last = prefix.iter().rposition(|b| *b != 0xff)?;
+    let mut end = prefix[..=last].to_vec();
+    end[last] += 1;
+    Some(end)
 }
 
 /// Read access inside one transaction.
@@ -506,6 +528,16 @@ impl Reader<'_> {
         scan_in(self.txn, self.store.db(table), prefix, start, |k, v| {
             f(k, decode(table, v)?)
         })
+    }
+
+    /// Visits the keys under `prefix` (values not decoded), until `f` says stop.
+    pub fn visit_keys(
+        &self,
+        table: Table,
+        prefix: &[u8],
+        mut f: impl FnMut(&[u8]) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        scan_in(self.txn, self.store.db(table), prefix, prefix, |k, _| f(k))
     }
 
     /// Visits values under `prefix` from the last key backwards, until `f` says stop.
@@ -667,6 +699,50 @@ mod tests {
     struct Row {
         n: u64,
         text: String,
+    }
+
+    #[test]
+    fn a_reverse_visit_reads_its_prefix_backwards_and_nothing_around_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        let row = |n: u64| Row { n, text: String::new() };
+        store
+            .write(|w| {
+                // Entity 7 of memory "a" (its last key all 0xff bytes) between entities 6 and
+                // 8, and memory "b" last in the table.
+                for n in [0u64, 1, 255, 256, u64::MAX] {
+                    w.put(Table::Edges, &keys::seq2("a", 7, n), &row(n))?;
+                }
+                w.put(Table::Edges, &keys::seq2("a", 6, 9), &row(1000))?;
+                w.put(Table::Edges, &keys::seq2("a", 8, 0), &row(1001))?;
+                w.put(Table::Edges, &keys::seq2("b", 7, 3), &row(1002))?;
+                Ok(())
+            })
+            .unwrap();
+        let back = |prefix: &[u8], take: usize| -> Vec<u64> {
+            let mut out = Vec::new();
+            store
+                .read(|r| {
+                    r.visit_rev(Table::Edges, prefix, |_, v: Row| {
+                        out.push(v.n);
+                        Ok(out.len() < take)
+                    })
+                })
+                .unwrap();
+            out
+        };
+        assert_eq!(back(&keys::seq2_prefix("a", 7), 100), vec![u64::MAX, 256, 255, 1, 0]);
+        assert_eq!(back(&keys::seq2_prefix("a", 7), 2), vec![u64::MAX, 256]);
+        assert_eq!(back(&keys::seq2_prefix("a", 8), 100), vec![1001]);
+        assert_eq!(
+            back(&keys::seq2_prefix("b", 7), 100),
+            vec![1002],
+            "the last keys of the table"
+        );
+        assert_eq!(back(&keys::seq2_prefix("b", 9), 100), Vec::<u64>::new());
+        assert_eq!(back(b"", 3), vec![1002, 1001, u64::MAX]);
+        assert_eq!(prefix_end(&[1, 0xff, 0xff]), Some(vec![2]));
+        assert_eq!(prefix_end(&[0xff]), None);
     }
 
     #[test]
