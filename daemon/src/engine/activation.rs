@@ -46,6 +46,19 @@ pub fn of_facts(facts: &[Fact], traces: &[Trace], now: f64) -> Vec<f64> {
     out
 }
 
+/// The activation of each of `facts` (in their order), as [`of_facts`] gives it: for a few
+/// facts of a large memory (the facts block's) without a value for every fact it holds.
+pub fn of_some_facts(facts: &[&Fact], traces: &[Trace], now: f64) -> Vec<f64> {
+    let at: std::collections::HashMap<u64, usize> = facts.iter().enumerate().map(|(i, f)| (f.n, i)).collect();
+    let mut out: Vec<f64> = facts.iter().map(|f| faded(1.0, f.at, now)).collect();
+    for t in traces.iter().filter(|t| t.counted) {
+        if let Some(&i) = t.fact.and_then(|f| at.get(&f)) {
+            out[i] += faded(t.score, t.at, now);
+        }
+    }
+    out
+}
+
 /// One episode's activation at each of `times` (its traces given): at each time, the counted
 /// traces recorded by then, each faded as in [`of_episodes`]; a later trace does not count yet.
 pub fn curve(traces: &[&Trace], times: &[f64]) -> Vec<f64> {
@@ -124,8 +137,11 @@ mod tests {
         t.fact = Some(1);
         let mut uncounted = trace(3600.0, 0.9, false);
         uncounted.fact = Some(0);
-        let a = of_facts(&[fact(0), fact(1)], &[t, uncounted], 3600.0);
+        let a = of_facts(&[fact(0), fact(1)], &[t.clone(), uncounted.clone()], 3600.0);
         assert!((a[0] - 1.0 / 60f64.sqrt()).abs() < 1e-12);
         assert!((a[1] - (1.0 / 60f64.sqrt() + 0.8)).abs() < 1e-12);
+        // The same values for some of the facts, in the order given.
+        let (f0, f1) = (fact(0), fact(1));
+        assert_eq!(of_some_facts(&[&f1, &f0], &[t, uncounted], 3600.0), vec![a[1], a[0]]);
     }
 }

@@ -132,17 +132,13 @@ impl Engine {
     }
 
     pub(super) fn facts_text<'a>(&self, st: &'a State, _format: Format) -> Option<String> {
-        let activations = activation::of_facts(&st.facts, &st.traces, st.memory.updated_at);
-        let mut facts: Vec<(&Fact, f64)> = st
-            .facts
-            .iter()
-            // Active facts only (a merged fact lives on in the one it merged into; a retired
-            // one was contradicted). A note's facts stay while any episode they (or their
-            // restatements) were written for is sealed, and leave with the last of them:
-            // forgetting one small episode does not drop a whole note.
-            .filter(|f| super::recall::in_facts_block(st, f))
-            .map(|f| (f, activations[f.n as usize]))
-            .collect();
+        // Active facts only (a merged fact lives on in the one it merged into; a retired one
+        // was contradicted). A note's facts stay while any episode they (or their
+        // restatements) were written for is sealed, and leave with the last of them:
+        // forgetting one small episode does not drop a whole note.
+        let shown = super::recall::facts_in_block(st);
+        let activations = activation::of_some_facts(&shown, &st.traces, st.memory.updated_at);
+        let mut facts: Vec<(&Fact, f64)> = shown.into_iter().zip(activations).collect();
         facts.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.n.cmp(&a.0.n)));
         // Entities under their resolved names once the lane has placed the fact.
         let name = |entity: Option<u64>, written: &'a str| -> &'a str {

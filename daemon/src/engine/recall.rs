@@ -14,7 +14,9 @@ use std::time::Instant;
 use serde_json::{json, Value};
 
 use super::passages::{date, turns};
-use super::records::{fingerprint_hex, EpisodeState, Fact, Passage, RecallBlock, RecallItem, VectorKind, VectorRecord};
+use super::records::{
+    fingerprint_hex, EpisodeState, Fact, FactStatus, Passage, RecallBlock, RecallItem, VectorKind, VectorRecord,
+};
 use super::state::State;
 use super::{blocks, tokens, walk, Engine};
 use crate::formats::{ParsedRequest, Role};
@@ -194,6 +196,32 @@ pub(super) fn in_facts_block(st: &State, f: &Fact) -> bool {
                 .get(e as usize)
                 .is_some_and(|e| e.state == EpisodeState::Sealed)
         })
+}
+
+/// The facts the facts block shows ([`in_facts_block`]), in no order, found from the sealed
+/// episodes' fact lists instead of a pass over every fact the memory holds (most belong to
+/// forgotten episodes): a fact written for a sealed episode, or what it merged into (one merge
+/// after another; a restatement carries the merged fact's episodes), each then checked.
+pub(super) fn facts_in_block(st: &State) -> Vec<&Fact> {
+    let mut found: std::collections::BTreeSet<u64> = std::collections::BTreeSet::new();
+    for e in st.episodes.iter().filter(|e| e.state == EpisodeState::Sealed) {
+        for &written in &e.facts {
+            let mut n = written;
+            // Merges point to older facts, so this ends; the bound guards a corrupt record.
+            for _ in 0..st.facts.len() {
+                match st.fact(n).map(|f| f.status) {
+                    Some(FactStatus::Merged { into, .. }) if into != n => n = into,
+                    _ => break,
+                }
+            }
+            found.insert(n);
+        }
+    }
+    found
+        .into_iter()
+        .filter_map(|n| st.fact(n))
+        .filter(|f| in_facts_block(st, f))
+        .collect()
 }
 
 impl Engine {
@@ -411,10 +439,19 @@ impl Engine {
         // fact whose turns an excerpt in the block shows word for word is left out (it would
         // say again, in fewer words, what the excerpt says), and its room goes to the next.
         let header = tokens::text_tokens(blocks::RECALL_HEADER) as u64 + 12;
-        let cost = |c: &Candidate| match &c.found {
-            Found::Fact(f) => tokens::text_tokens(&f.note) as u64 + 12,
-            Found::Passage(p) => tokens::text_tokens(&p.text) as u64 + 12,
-        };
+        // Each candidate's cost counted once (a fact's note is short, so not in the tokens
+        // memo, and the loop below asks again as items come and go).
+        let costs: HashMap<Doc, u64> = candidates
+            .iter()
+            .map(|c| {
+                let text = match &c.found {
+                    Found::Fact(f) => &f.note,
+                    Found::Passage(p) => &p.text,
+                };
+                (c.doc, tokens::text_tokens(text) as u64 + 12)
+            })
+            .collect();
+        let cost = |c: &Candidate| costs[&c.doc];
         let mut chosen: Vec<&Candidate> = Vec::new();
         let mut used = header;
         let leads = part_leads(&lists, q.parts.len(), &candidates, self.config.recall_relevant_cosine);
@@ -811,6 +848,74 @@ fn push_groups(out: &mut String, st: &State, facts: &[&Fact]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::records::{Episode, Restatement};
+
+    #[test]
+    fn the_facts_block_is_found_from_sealed_episodes_as_a_pass_over_every_fact_finds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(dir.path(), &Default::default()).unwrap();
+        let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
+        // Episodes 0–5: 0 and 1 forgotten, 2–4 sealed, 5 live.
+        for k in 0..6u64 {
+            st.push_episode(Episode {
+                n: 0,
+                first_seq: 2 * k,
+                last_seq: 2 * k + 1,
+                first_turn: k + 1,
+                last_turn: k + 1,
+                at: 0.0,
+                tokens: 10,
+                state: match k {
+                    0 | 1 => EpisodeState::Forgotten,
+                    5 => EpisodeState::Live,
+                    _ => EpisodeState::Sealed,
+                },
+                acknowledged: true,
+                facts: Vec::new(),
+                changed_at: 0.0,
+                passaged: false,
+            });
+        }
+        // Two facts per episode, written as notes write them (each listed on its episode).
+        for k in 0..6u64 {
+            for i in 0..2 {
+                let mut f = Fact::new(&format!("fact {i} of episode {k}"), "", "", false, 0.0);
+                f.episodes = vec![k];
+                let n = st.push_fact(f);
+                st.episode_mut(k).facts.push(n);
+            }
+        }
+        // Fact 6 (sealed episode 3) merged into fact 0 (forgotten episode 0): 0 is shown by
+        // its restatement. Fact 1 merged into fact 10 (live): neither is shown. Fact 5 (sealed
+        // episode 2) merged into 7, then 7 into 11 (live): 11 is shown only by 7's episodes.
+        let merge = |st: &mut State, fact: u64, into: u64| {
+            let episodes = st.facts[fact as usize].episodes.clone();
+            st.fact_mut(fact).status = FactStatus::Merged { into, at: 1.0 };
+            st.fact_mut(into).restated_by.push(Restatement {
+                fact,
+                note_seq: 0,
+                episodes,
+                at: 1.0,
+            });
+        };
+        merge(&mut st, 6, 0);
+        merge(&mut st, 1, 10);
+        merge(&mut st, 5, 7);
+        merge(&mut st, 7, 11);
+        // Fact 8 (sealed episode 4) retired by a contradiction.
+        st.fact_mut(8).status = FactStatus::Retired { by: 9, at: 1.0 };
+
+        let mut found: Vec<u64> = facts_in_block(&st).iter().map(|f| f.n).collect();
+        found.sort();
+        let every: Vec<u64> = st
+            .facts
+            .iter()
+            .filter(|f| in_facts_block(&st, f))
+            .map(|f| f.n)
+            .collect();
+        assert_eq!(found, every);
+        assert_eq!(found, vec![0, 4, 9, 11]);
+    }
 
     #[test]
     fn a_document_belongs_to_the_part_whose_search_ranked_it_best() {

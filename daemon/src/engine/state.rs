@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::records::{
     Chain, Entity, Episode, EpisodeState, Fact, Job, JobKind, MemoryRecord, Passage, RecallBlock, StoredMessage, Trace,
@@ -30,10 +31,13 @@ pub struct State {
     /// block's message): written with the save, not kept.
     older_changed: Vec<StoredMessage>,
     pub episodes: Vec<Episode>,
-    pub facts: Vec<Fact>,
-    pub traces: Vec<Trace>,
+    /// Facts, traces and entities are shared between copies of a state until one of them
+    /// changes (`Arc::make_mut`): a dry run copies the cached state, and at 100k facts cloning
+    /// and dropping them was a third of its decorate.
+    pub facts: Arc<Vec<Fact>>,
+    pub traces: Arc<Vec<Trace>>,
     /// The graph's nodes, by number.
-    pub entities: Vec<Entity>,
+    pub entities: Arc<Vec<Entity>>,
     /// Boundary scores of units not cut yet, by first seq (older ones stay in the store).
     pub unit_scores: BTreeMap<u64, UnitScore>,
     /// Recall blocks by the seq of the user message each precedes, from `loaded_from` on: a
@@ -115,9 +119,9 @@ impl State {
             write_prints: false,
             older_changed: Vec::new(),
             episodes,
-            facts: r.scan(Table::Facts, &prefix)?,
-            traces,
-            entities: r.scan(Table::Entities, &prefix)?,
+            facts: Arc::new(r.scan(Table::Facts, &prefix)?),
+            traces: Arc::new(traces),
+            entities: Arc::new(r.scan(Table::Entities, &prefix)?),
             unit_scores,
             recalls,
             existed,
@@ -510,7 +514,7 @@ impl State {
 
     pub fn fact_mut(&mut self, n: u64) -> &mut Fact {
         self.dirty_facts.insert(n);
-        &mut self.facts[n as usize]
+        &mut Arc::make_mut(&mut self.facts)[n as usize]
     }
 
     /// Adds a node to the graph; returns its number.
@@ -519,13 +523,13 @@ impl State {
         self.memory.next_entity += 1;
         let n = e.n;
         self.dirty_entities.insert(n);
-        self.entities.push(e);
+        Arc::make_mut(&mut self.entities).push(e);
         n
     }
 
     pub fn entity_mut(&mut self, n: u64) -> &mut Entity {
         self.dirty_entities.insert(n);
-        &mut self.entities[n as usize]
+        &mut Arc::make_mut(&mut self.entities)[n as usize]
     }
 
     /// Records that `name` (normalised) resolves to `entity`.
@@ -592,7 +596,7 @@ impl State {
         let count = self.trace_counts.entry(episode).or_insert(0);
         let n = *count;
         *count += 1;
-        self.traces.push(Trace {
+        Arc::make_mut(&mut self.traces).push(Trace {
             episode,
             n,
             kind,
@@ -608,7 +612,7 @@ impl State {
         f.n = self.memory.next_fact;
         self.memory.next_fact += 1;
         let n = f.n;
-        self.facts.push(f);
+        Arc::make_mut(&mut self.facts).push(f);
         self.new_facts += 1;
         n
     }
@@ -696,76 +700,43 @@ pub struct ParkedJob {
     pub error: Option<String>,
 }
 
-/// One memory's lane without decoding every job (decorate reports it): the count, the oldest
-/// job's age, and parked jobs only when there are any failures at all.
-pub fn lane_depth(r: &Reader<'_>, memory: &str) -> Result<Option<LaneDepth>, StoreError> {
-    let prefix = keys::memory_prefix(memory);
-    let total = r.count(Table::Jobs, &prefix)?;
-    if total == 0 {
-        return Ok(None);
-    }
-    let mut oldest: Option<Job> = None;
-    r.visit(Table::Jobs, &prefix, &prefix, |_, job: Job| {
-        oldest = Some(job);
-        Ok(false)
-    })?;
-    let oldest = oldest.expect("counted above");
-    if oldest.parked() {
-        // Rare: a parked job heads the queue; read the lane in full.
-        return Ok(lane_depths(r, Some(memory))?.pop());
-    }
-    Ok(Some(LaneDepth {
-        memory: memory.to_owned(),
-        depth: total,
-        oldest_age_s: if oldest.queued_at > 0.0 {
-            (wall_clock() - oldest.queued_at).max(0.0)
-        } else {
-            0.0
-        },
-        parked: Vec::new(),
-    }))
-}
-
-/// What the lanes' depths read of a queued job: its age and failures (the rest of the record
-/// is skipped, not decoded; `stats` reads every queued job).
-#[derive(serde::Deserialize)]
-struct JobHead {
-    #[serde(default)]
-    queued_at: f64,
-    #[serde(default)]
-    attempts: u32,
-}
-
-/// Every memory's lane with jobs in it (or one memory's, with `memory`).
+/// Every memory's lane with jobs in it (or one memory's, with `memory`: decorate reports it).
+/// A lane runs its oldest runnable job until it is done or parked, so its parked jobs come
+/// first: each lane's jobs are decoded up to its first runnable one (the oldest age) and only
+/// counted after it, which keeps this cheap with tens of thousands queued.
 pub fn lane_depths(r: &Reader<'_>, memory: Option<&str>) -> Result<Vec<LaneDepth>, StoreError> {
     let prefix = memory.map(keys::memory_prefix).unwrap_or_default();
     let now = wall_clock();
     let mut lanes: Vec<LaneDepth> = Vec::new();
-    r.visit(Table::Jobs, &prefix, &prefix, |key, job: JobHead| {
+    let mut at_head = false;
+    r.visit_keys(Table::Jobs, &prefix, |key| {
         let id = key.split(|b| *b == 0).next().unwrap_or_default();
         if lanes.last().is_none_or(|l| l.memory.as_bytes() != id) {
             lanes.push(LaneDepth {
                 memory: String::from_utf8_lossy(id).into_owned(),
                 ..LaneDepth::default()
             });
+            at_head = true;
         }
         let lane = lanes.last_mut().expect("pushed above");
-        if job.attempts >= super::records::PARK_AFTER {
-            // Rare: the whole record, for its kind and error.
+        if at_head {
             if let Some(job) = r.get::<Job>(Table::Jobs, key)? {
-                lane.parked.push(ParkedJob {
-                    n: job.n,
-                    kind: job.job.name().to_owned(),
-                    attempts: job.attempts,
-                    error: job.error,
-                });
+                if job.parked() {
+                    lane.parked.push(ParkedJob {
+                        n: job.n,
+                        kind: job.job.name().to_owned(),
+                        attempts: job.attempts,
+                        error: job.error,
+                    });
+                    return Ok(true);
+                }
+                if job.queued_at > 0.0 {
+                    lane.oldest_age_s = (now - job.queued_at).max(0.0);
+                }
             }
-        } else {
-            if lane.depth == 0 && job.queued_at > 0.0 {
-                lane.oldest_age_s = (now - job.queued_at).max(0.0);
-            }
-            lane.depth += 1;
+            at_head = false;
         }
+        lane.depth += 1;
         Ok(true)
     })?;
     Ok(lanes)
