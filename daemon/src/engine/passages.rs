@@ -19,6 +19,7 @@ pub fn passages_of(episode: u64, messages: &[&StoredMessage], next: u64, max_tok
     let mut size = 0u64;
     let flush = |current: &mut Vec<&StoredMessage>, out: &mut Vec<Passage>| {
         if let (Some(first), Some(last)) = (current.first(), current.last()) {
+            let text = current.iter().map(|m| excerpt_line(m)).collect::<Vec<_>>().join("\n");
             out.push(Passage {
                 n: next + out.len() as u64,
                 episode,
@@ -28,7 +29,8 @@ pub fn passages_of(episode: u64, messages: &[&StoredMessage], next: u64, max_tok
                 last_turn: last.turn,
                 at: first.at,
                 tokens: current.iter().map(|m| m.tokens as u64).sum(),
-                text: current.iter().map(|m| excerpt_line(m)).collect::<Vec<_>>().join("\n"),
+                text_tokens: super::tokens::text_tokens(&text) as u64,
+                text,
             });
         }
         current.clear();

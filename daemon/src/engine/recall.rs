@@ -439,16 +439,17 @@ impl Engine {
         // fact whose turns an excerpt in the block shows word for word is left out (it would
         // say again, in fewer words, what the excerpt says), and its room goes to the next.
         let header = tokens::text_tokens(blocks::RECALL_HEADER) as u64 + 12;
-        // Each candidate's cost counted once (a fact's note is short, so not in the tokens
-        // memo, and the loop below asks again as items come and go).
+        // Each candidate's cost counted once (the loop below asks again as items come and
+        // go); a passage's was counted when it was cut.
         let costs: HashMap<Doc, u64> = candidates
             .iter()
             .map(|c| {
-                let text = match &c.found {
-                    Found::Fact(f) => &f.note,
-                    Found::Passage(p) => &p.text,
+                let n = match &c.found {
+                    Found::Fact(f) => tokens::text_tokens(&f.note) as u64,
+                    Found::Passage(p) if p.text_tokens > 0 => p.text_tokens,
+                    Found::Passage(p) => tokens::text_tokens(&p.text) as u64,
                 };
-                (c.doc, tokens::text_tokens(text) as u64 + 12)
+                (c.doc, n + 12)
             })
             .collect();
         let cost = |c: &Candidate| costs[&c.doc];

@@ -245,6 +245,7 @@ fn one_scale(model_dir: &str, n: u64) {
         }
         let episode = i / 10;
         if episode < live_from {
+            let excerpt = format!("{}: {text}", if role == Role::User { "User" } else { "Assistant" });
             let passage = Passage {
                 n: st.memory.next_passage,
                 episode,
@@ -254,7 +255,8 @@ fn one_scale(model_dir: &str, n: u64) {
                 last_turn: turn,
                 at,
                 tokens: 20,
-                text: format!("{}: {text}", if role == Role::User { "User" } else { "Assistant" }),
+                text_tokens: super::tokens::text_tokens(&excerpt) as u64,
+                text: excerpt,
             };
             let pn = passage.n;
             st.push_passages(vec![passage]);

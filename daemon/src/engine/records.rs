@@ -439,6 +439,11 @@ pub struct Passage {
     pub at: f64,
     pub tokens: u64,
     pub text: String,
+    /// Tokens of `text` as recall counts them, counted when the passage is cut (in the lane):
+    /// recall weighs hundreds of candidates per message, and counting them there was most of
+    /// its time. 0 for passages stored before: counted when needed.
+    #[serde(default)]
+    pub text_tokens: u64,
 }
 
 /// A recall block, stored with the user message it precedes and kept in the request from then
