@@ -482,8 +482,10 @@ impl Engine {
         }
         // The rendered block (headings, groups, dates) costs more than the items' estimates:
         // keep the longest prefix of the chosen items that renders within the budget. A render
-        // only grows with the items, so a binary search finds it in a few renders (tokenizing
-        // one is about a millisecond), not one per dropped item.
+        // only grows with the items, so a search finds it in a few renders, not one per dropped
+        // item; tokenizing a render of thousands of tokens takes milliseconds (at 15k messages
+        // a midpoint search's renders were half of decorate's CPU), so the first tries go where
+        // the last render's tokens per item put the budget, and halve only after.
         let rendered = |k: usize| {
             let text = render(st, &chosen[..k], &lists, &q.parts);
             let cost = tokens::text_tokens(&text) as u64 + 4;
@@ -493,6 +495,7 @@ impl Engine {
         let (mut lo, mut hi) = (0, chosen.len());
         // The whole choice usually fits: try it first.
         let mut k = hi;
+        let mut tries = 0;
         while lo < hi {
             let (text, cost) = rendered(k);
             if cost <= budget {
@@ -501,7 +504,13 @@ impl Engine {
             } else {
                 hi = k - 1;
             }
-            k = (lo + hi).div_ceil(2);
+            tries += 1;
+            let proportional = (k as u64 * budget / cost.max(1)) as usize;
+            k = if tries <= 2 {
+                proportional.clamp(lo + 1, hi.max(lo + 1))
+            } else {
+                (lo + hi).div_ceil(2)
+            };
         }
         let shown = fits.as_ref().map_or(0, |f| f.0);
         let block = fits.map(|(k, text, cost)| RecallBlock {
