@@ -37,17 +37,11 @@ pub fn significance_of_episodes(episodes: usize, traces: &[Trace]) -> Vec<f64> {
 /// Every fact's activation (indexed by fact number): the moment it was written, plus its own
 /// counted traces, each faded the same way.
 pub fn of_facts(facts: &[Fact], traces: &[Trace], now: f64) -> Vec<f64> {
-    let mut out: Vec<f64> = facts.iter().map(|f| faded(1.0, f.at, now)).collect();
-    for t in traces.iter().filter(|t| t.counted) {
-        if let Some(a) = t.fact.and_then(|f| out.get_mut(f as usize)) {
-            *a += faded(t.score, t.at, now);
-        }
-    }
-    out
+    of_some_facts(&facts.iter().collect::<Vec<_>>(), traces, now)
 }
 
-/// The activation of each of `facts` (in their order), as [`of_facts`] gives it: for a few
-/// facts of a large memory (the facts block's) without a value for every fact it holds.
+/// The activation of each of `facts` (in their order): for a few facts of a large memory (the
+/// facts block's) without a value for every fact it holds.
 pub fn of_some_facts(facts: &[&Fact], traces: &[Trace], now: f64) -> Vec<f64> {
     let at: std::collections::HashMap<u64, usize> = facts.iter().enumerate().map(|(i, f)| (f.n, i)).collect();
     let mut out: Vec<f64> = facts.iter().map(|f| faded(1.0, f.at, now)).collect();

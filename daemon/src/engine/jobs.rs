@@ -465,21 +465,7 @@ impl Engine {
                     if current(r, VectorKind::Passage, p.n)? {
                         return Ok(true);
                     }
-                    let mut ms: Vec<StoredMessage> = Vec::new();
-                    r.visit(
-                        Table::Messages,
-                        &prefix,
-                        &keys::seq(memory, p.first_seq),
-                        |_, m: StoredMessage| {
-                            if m.seq > p.last_seq {
-                                return Ok(false);
-                            }
-                            if m.in_history() {
-                                ms.push(m);
-                            }
-                            Ok(true)
-                        },
-                    )?;
+                    let ms = state::history_in(r, memory, p.first_seq, p.last_seq)?;
                     let text = indexing::embedding_text(&p, &ms.iter().collect::<Vec<_>>());
                     take(VectorKind::Passage, p.n, text)
                 })?;

@@ -482,21 +482,8 @@ impl State {
     ) -> Result<Vec<Cow<'a, StoredMessage>>, StoreError> {
         let mut out = Vec::new();
         if first < self.loaded_from {
-            let until = last.min(self.loaded_from - 1);
-            r.visit(
-                Table::Messages,
-                &keys::memory_prefix(&self.memory.id),
-                &keys::seq(&self.memory.id, first),
-                |_, m: StoredMessage| {
-                    if m.seq > until {
-                        return Ok(false);
-                    }
-                    if m.in_history() {
-                        out.push(Cow::Owned(m));
-                    }
-                    Ok(true)
-                },
-            )?;
+            let older = history_in(r, &self.memory.id, first, last.min(self.loaded_from - 1))?;
+            out.extend(older.into_iter().map(Cow::Owned));
         }
         out.extend(
             self.messages_in(first, last)
@@ -645,6 +632,26 @@ pub fn wall_clock() -> f64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0)
+}
+
+/// The stored history messages with seqs in `first..=last`, read from the store.
+pub fn history_in(r: &Reader<'_>, memory: &str, first: u64, last: u64) -> Result<Vec<StoredMessage>, StoreError> {
+    let mut out = Vec::new();
+    r.visit(
+        Table::Messages,
+        &keys::memory_prefix(memory),
+        &keys::seq(memory, first),
+        |_, m: StoredMessage| {
+            if m.seq > last {
+                return Ok(false);
+            }
+            if m.in_history() {
+                out.push(m);
+            }
+            Ok(true)
+        },
+    )?;
+    Ok(out)
 }
 
 /// The stored messages of the turn user message `seq` opens, read from the store alone (a
