@@ -133,6 +133,7 @@ impl Engine {
             });
             record.next_job += 1;
         }
+        record.queued_jobs = Some(jobs.len() as u64);
         let id = memory;
         self.store.write(|w| {
             for u in &units {

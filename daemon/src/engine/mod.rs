@@ -666,7 +666,7 @@ impl Engine {
             "sleep": sleep,
             "faded": faded,
             "cut": cut_report,
-            "lane": self.store.read(|r| state::lane_depths(r, Some(&args.memory)))?.pop(),
+            "lane": self.store.read(|r| state::lane_of(r, &st.memory))?,
             "dry_run": args.dry_run,
             "provider_history": parsed.provider_history,
             "ceiling": measure.budget.ceiling,
@@ -1025,7 +1025,7 @@ impl Engine {
             "store_tables": tables,
             "store_map_bytes": self.store.map_size(),
             "jobs_pending": self.pending_jobs()?.1,
-            "lanes": self.lane_stats(None)?,
+            "lanes": self.lane_stats()?,
             "models": self.models.as_ref().map(Models::stats),
             // Recall embeddings dropped unembedded because their caller had stopped waiting.
             "recall_embeddings_dropped": self.query_embedder.as_ref().map(|q| q.dropped()),

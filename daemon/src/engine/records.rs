@@ -51,6 +51,11 @@ pub struct MemoryRecord {
     /// enough, since each does all there is when it runs, so a busy lane stays bounded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queued_kinds: Vec<String>,
+    /// Jobs in this memory's lane, parked ones included, so decorate's `info.lane` needs no
+    /// walk over a deep backlog. `None` in a record written before it was kept: counted from
+    /// the jobs table when the state loads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_jobs: Option<u64>,
     /// Passages stored so far (the next passage's number).
     #[serde(default)]
     pub next_passage: u64,
@@ -121,6 +126,7 @@ impl MemoryRecord {
             next_job: 0,
             next_entity: 0,
             queued_kinds: Vec::new(),
+            queued_jobs: Some(0),
             next_passage: 0,
             last_budget: None,
             instructions: Vec::new(),

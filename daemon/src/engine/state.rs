@@ -89,7 +89,15 @@ impl State {
                 Ok(true)
             },
         )?;
-        let memory_record = record.unwrap_or_else(|| MemoryRecord::new(memory, now));
+        let mut memory_record = record.unwrap_or_else(|| MemoryRecord::new(memory, now));
+        if memory_record.queued_jobs.is_none() {
+            let mut n = 0;
+            r.visit_keys(Table::Jobs, &prefix, |_| {
+                n += 1;
+                Ok(true)
+            })?;
+            memory_record.queued_jobs = Some(n);
+        }
         let loaded_from = horizon(&episodes, memory_record.turn);
         let mut messages = Vec::new();
         r.visit(
@@ -244,6 +252,7 @@ impl State {
         }
         let n = self.memory.next_job;
         self.memory.next_job += 1;
+        *self.memory.queued_jobs.get_or_insert(0) += 1;
         self.new_jobs.push(Job {
             n,
             at,
@@ -288,6 +297,9 @@ impl State {
     pub fn finish_job(&mut self, n: u64, kind: &JobKind) {
         if let Some(k) = kind.coalesces() {
             self.memory.queued_kinds.retain(|q| q != k);
+        }
+        if let Some(q) = &mut self.memory.queued_jobs {
+            *q = q.saturating_sub(1);
         }
         self.done_jobs.push(n);
     }
@@ -707,16 +719,14 @@ pub struct ParkedJob {
     pub error: Option<String>,
 }
 
-/// Every memory's lane with jobs in it (or one memory's, with `memory`: decorate reports it).
-/// A lane runs its oldest runnable job until it is done or parked, so its parked jobs come
+/// Every memory's lane with jobs in it (`stats`). A lane runs its oldest runnable job until it is done or parked, so its parked jobs come
 /// first: each lane's jobs are decoded up to its first runnable one (the oldest age) and only
 /// counted after it, which keeps this cheap with tens of thousands queued.
-pub fn lane_depths(r: &Reader<'_>, memory: Option<&str>) -> Result<Vec<LaneDepth>, StoreError> {
-    let prefix = memory.map(keys::memory_prefix).unwrap_or_default();
+pub fn lane_depths(r: &Reader<'_>) -> Result<Vec<LaneDepth>, StoreError> {
     let now = wall_clock();
     let mut lanes: Vec<LaneDepth> = Vec::new();
     let mut at_head = false;
-    r.visit_keys(Table::Jobs, &prefix, |key| {
+    r.visit_keys(Table::Jobs, b"", |key| {
         let id = key.split(|b| *b == 0).next().unwrap_or_default();
         if lanes.last().is_none_or(|l| l.memory.as_bytes() != id) {
             lanes.push(LaneDepth {
@@ -749,6 +759,39 @@ pub fn lane_depths(r: &Reader<'_>, memory: Option<&str>) -> Result<Vec<LaneDepth
     Ok(lanes)
 }
 
+/// One memory's lane, for decorate's `info`: its parked jobs and oldest age read from the head of
+/// its queue, its depth from the record's count (no walk over a deep backlog on every request);
+/// `None` when the lane is empty.
+pub fn lane_of(r: &Reader<'_>, record: &MemoryRecord) -> Result<Option<LaneDepth>, StoreError> {
+    let queued = record.queued_jobs.unwrap_or(0);
+    if queued == 0 {
+        return Ok(None);
+    }
+    let prefix = keys::memory_prefix(&record.id);
+    let now = wall_clock();
+    let mut lane = LaneDepth {
+        memory: record.id.clone(),
+        ..LaneDepth::default()
+    };
+    r.visit(Table::Jobs, &prefix, &prefix, |_, job: Job| {
+        if job.parked() {
+            lane.parked.push(ParkedJob {
+                n: job.n,
+                kind: job.job.name().to_owned(),
+                attempts: job.attempts,
+                error: job.error,
+            });
+            return Ok(true);
+        }
+        if job.queued_at > 0.0 {
+            lane.oldest_age_s = (now - job.queued_at).max(0.0);
+        }
+        Ok(false)
+    })?;
+    lane.depth = queued.saturating_sub(lane.parked.len() as u64);
+    Ok(Some(lane))
+}
+
 /// Every recall block of a memory, oldest first (a loaded state holds those from its horizon
 /// on): for export and what reads a whole conversation's blocks.
 pub fn all_recalls(r: &Reader<'_>, memory: &str) -> Result<Vec<RecallBlock>, StoreError> {
@@ -762,7 +805,7 @@ pub fn recall_block(r: &Reader<'_>, memory: &str, seq: u64) -> Result<Option<Rec
 
 /// Memories that have runnable jobs, and how many such jobs in all.
 pub fn pending_jobs(r: &Reader<'_>) -> Result<(Vec<String>, u64), StoreError> {
-    let lanes = lane_depths(r, None)?;
+    let lanes = lane_depths(r)?;
     let count = lanes.iter().map(|l| l.depth).sum();
     Ok((
         lanes.into_iter().filter(|l| l.depth > 0).map(|l| l.memory).collect(),
@@ -834,6 +877,45 @@ mod tests {
         let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
         sixty_turns(&mut st);
         (dir, store, st)
+    }
+
+    #[test]
+    fn the_lane_count_on_the_record_follows_queued_and_finished_jobs_and_is_counted_when_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
+        for f in 0..5 {
+            st.push_job(JobKind::Graph { facts: vec![f] }, 1.0);
+        }
+        let save = |st: &mut State| {
+            store.write(|w| st.save(w)).unwrap();
+            st.mark_saved();
+        };
+        save(&mut st);
+        for n in [0, 2] {
+            st.finish_job(n, &JobKind::Graph { facts: vec![n] });
+        }
+        save(&mut st);
+        for _ in 0..crate::engine::records::PARK_AFTER {
+            store.write(|w| fail_job(w, "m", 1, "judge down")).unwrap();
+        }
+        let lane = store.read(|r| lane_of(r, &st.memory)).unwrap().unwrap();
+        assert_eq!((lane.depth, lane.parked.len()), (2, 1), "jobs 3 and 4 wait, job 1 is parked");
+        assert_eq!(lane.parked[0].n, 1);
+        let all = store.read(|r| lane_depths(r)).unwrap();
+        assert_eq!((all[0].depth, all[0].parked.len()), (2, 1), "the walk over the table agrees");
+
+        // A record written before the count was kept: counted from the table at load.
+        st.memory.queued_jobs = None;
+        save(&mut st);
+        let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
+        assert_eq!(st.memory.queued_jobs, Some(3));
+        for n in [1, 3, 4] {
+            st.finish_job(n, &JobKind::Graph { facts: vec![n] });
+        }
+        save(&mut st);
+        assert!(store.read(|r| lane_of(r, &st.memory)).unwrap().is_none(), "an empty lane");
+        assert!(store.read(|r| lane_depths(r)).unwrap().is_empty());
     }
 
     #[test]
