@@ -485,10 +485,12 @@ impl Engine {
         // only grows with the items, so a search finds it in a few renders, not one per dropped
         // item; tokenizing a render of thousands of tokens takes milliseconds (at 15k messages
         // a midpoint search's renders were half of decorate's CPU), so the first tries go where
-        // the last render's tokens per item put the budget, and halve only after.
-        let rendered = |k: usize| {
+        // the last render's tokens per item put the budget, and halve only after; and renders
+        // are counted line by line, each line once.
+        let mut counts = tokens::PieceCounts::default();
+        let mut rendered = |k: usize| {
             let text = render(st, &chosen[..k], &lists, &q.parts);
-            let cost = tokens::text_tokens(&text) as u64 + 4;
+            let cost = counts.count(&text) as u64 + 4;
             (text, cost)
         };
         let mut fits = None;

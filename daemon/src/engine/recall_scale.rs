@@ -378,4 +378,41 @@ fn one_scale(model_dir: &str, n: u64) {
         percentile(&mut rp, 0.5),
         percentile(&mut rp, 0.99),
     );
+
+    // Cold: the memory as a restarted daemon finds it (the model loaded, the OS's page cache
+    // warm): its state not cached, its indexes opened again from disk.
+    let mut engine = engine;
+    let indexes = engine.indexes.take().unwrap();
+    indexes.flush().unwrap();
+    drop(indexes);
+    engine.indexes = Some(crate::index::Indexes::open(&store.path().join("index"), Some(embedder_dim(&engine))).unwrap());
+    engine.cache.lock().unwrap().states.clear();
+    let t = Instant::now();
+    let loaded = store.read(|r| State::load(r, "m", T0)).unwrap();
+    let load_ms = t.elapsed().as_secs_f64() * 1e3;
+    drop(loaded);
+    let t = Instant::now();
+    let out = engine
+        .decorate(DecorateArgs {
+            memory: "m".into(),
+            request: json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "What did Amara do in Lisbon?"}]}),
+            now: Some(T0 + n as f64 * 30.0 + 3_600.0),
+            dry_run: true,
+            ceiling: Some(16_000),
+            agent: None,
+            user: None,
+            history: HistoryMode::Delta,
+        })
+        .unwrap();
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    let r = &out.info["recall"]["ms"];
+    println!(
+        "cold at {n}: first decorate {ms:.1} ms (recall {:.1}, searches {:.1}); the state's load alone {load_ms:.1} ms",
+        r["total"].as_f64().unwrap_or(0.0),
+        r["search"].as_f64().unwrap_or(0.0),
+    );
+}
+
+fn embedder_dim(engine: &Engine) -> usize {
+    engine.models.as_ref().unwrap().embedder.id().dim
 }

@@ -77,6 +77,37 @@ impl Memo {
     }
 }
 
+/// Counts texts that share most of their lines (the renders of one block as items are left
+/// out) piece by piece, each piece counted once. cl100k's pre-tokenizer never joins a newline to
+/// a non-space character after it (every split pattern that takes a newline ends at the last
+/// newline of its run), so a text's count is the sum of its pieces' counts when it is split
+/// after every such newline.
+#[derive(Default)]
+pub struct PieceCounts {
+    seen: std::collections::HashMap<(usize, u64), u32>,
+}
+
+impl PieceCounts {
+    /// The same count as [`text_tokens`] of the whole.
+    pub fn count(&mut self, text: &str) -> u32 {
+        let mut total = 0;
+        let mut start = 0;
+        let mut after_newline = false;
+        for (i, c) in text.char_indices() {
+            if after_newline && !c.is_whitespace() {
+                total += self.piece(&text[start..i]);
+                start = i;
+            }
+            after_newline = c == '\n';
+        }
+        total + self.piece(&text[start..])
+    }
+
+    fn piece(&mut self, piece: &str) -> u32 {
+        *self.seen.entry(memo_key(piece)).or_insert_with(|| text_tokens(piece))
+    }
+}
+
 pub fn message_tokens(m: &Message) -> u32 {
     let attachments = match m.raw.get("content") {
         Some(serde_json::Value::Array(parts)) => parts
@@ -137,6 +168,31 @@ mod tests {
         assert_eq!(m.get((1, 0)), Some(1), "found in the old generation");
         assert_eq!(m.get((1, u64::MAX)), Some(2));
         assert_eq!(m.get((2, 0)), None);
+    }
+
+    #[test]
+    fn a_text_counted_by_pieces_counts_as_a_whole() {
+        // Real conversation text in blocks shaped like recall's: lines ending in punctuation,
+        // blank lines, indented lines, CRLF, lines of spaces, non-Latin text.
+        let dir = std::env::var("RECALLD_BENCH_DIR").unwrap_or_else(|_| "../../shared/bench".into());
+        let traces = std::fs::read_to_string(format!("{dir}/agent-traces-dev.jsonl")).unwrap_or_default();
+        let mut texts: Vec<String> = Vec::new();
+        for line in traces.lines().take(40) {
+            let trace: serde_json::Value = serde_json::from_str(line).unwrap();
+            let messages = trace["messages"].as_array().cloned().unwrap_or_default();
+            let joined: Vec<String> = messages.iter().map(|m| m["content"].to_string()).collect();
+            let contents: Vec<&str> = messages.iter().filter_map(|m| m["content"].as_str()).collect();
+            texts.push(contents.join("\n").chars().take(20_000).collect());
+            texts.push(joined.join("\n").chars().take(5_000).collect());
+        }
+        texts.push("Recalled:\nAbout Caroline:\n- She went (turns 3–4, 8 May 2023)\n- x.\n\n\nExcerpts:\n[t 5]\n  indented\n\tcode();\r\nend\n \nnext".into());
+        texts.push("a\n\nb \n c\u{3000}\n\u{3000}d\n日本語のテキスト\n's\n123\n!!\n".into());
+        for (i, t) in texts.iter().enumerate() {
+            let mut pieces = PieceCounts::default();
+            assert_eq!(pieces.count(t), encode(t), "text {i}: {t:?}");
+            assert_eq!(pieces.count(t), encode(t), "text {i} again, from the pieces seen");
+        }
+        assert!(texts.len() > 60, "the bench's traces were read");
     }
 
     #[test]
