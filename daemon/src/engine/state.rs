@@ -900,10 +900,18 @@ mod tests {
             store.write(|w| fail_job(w, "m", 1, "judge down")).unwrap();
         }
         let lane = store.read(|r| lane_of(r, &st.memory)).unwrap().unwrap();
-        assert_eq!((lane.depth, lane.parked.len()), (2, 1), "jobs 3 and 4 wait, job 1 is parked");
+        assert_eq!(
+            (lane.depth, lane.parked.len()),
+            (2, 1),
+            "jobs 3 and 4 wait, job 1 is parked"
+        );
         assert_eq!(lane.parked[0].n, 1);
         let all = store.read(|r| lane_depths(r)).unwrap();
-        assert_eq!((all[0].depth, all[0].parked.len()), (2, 1), "the walk over the table agrees");
+        assert_eq!(
+            (all[0].depth, all[0].parked.len()),
+            (2, 1),
+            "the walk over the table agrees"
+        );
 
         // A record written before the count was kept: counted from the table at load.
         st.memory.queued_jobs = None;
@@ -914,7 +922,10 @@ mod tests {
             st.finish_job(n, &JobKind::Graph { facts: vec![n] });
         }
         save(&mut st);
-        assert!(store.read(|r| lane_of(r, &st.memory)).unwrap().is_none(), "an empty lane");
+        assert!(
+            store.read(|r| lane_of(r, &st.memory)).unwrap().is_none(),
+            "an empty lane"
+        );
         assert!(store.read(|r| lane_depths(r)).unwrap().is_empty());
     }
 
