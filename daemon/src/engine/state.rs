@@ -719,9 +719,10 @@ pub struct ParkedJob {
     pub error: Option<String>,
 }
 
-/// Every memory's lane with jobs in it (`stats`). A lane runs its oldest runnable job until it is done or parked, so its parked jobs come
-/// first: each lane's jobs are decoded up to its first runnable one (the oldest age) and only
-/// counted after it, which keeps this cheap with tens of thousands queued.
+/// Every memory's lane with jobs in it (`stats`). A lane runs its oldest runnable job until it
+/// is done or parked, so its parked jobs come first: each lane's jobs are decoded up to its
+/// first runnable one (the oldest age) and only counted after it, which keeps this cheap with
+/// tens of thousands queued.
 pub fn lane_depths(r: &Reader<'_>) -> Result<Vec<LaneDepth>, StoreError> {
     let now = wall_clock();
     let mut lanes: Vec<LaneDepth> = Vec::new();
