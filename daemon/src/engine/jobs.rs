@@ -528,7 +528,7 @@ impl Engine {
     /// The lanes as `stats` shows them: what ran since start, the depth and oldest job age of
     /// every lane with work, and parked jobs with their errors.
     pub(super) fn lane_stats(&self) -> Result<serde_json::Value, EngineError> {
-        let depths = self.store.read(|r| state::lane_depths(r))?;
+        let depths = self.store.read(state::lane_depths)?;
         let mut v = self.lane_counters.snapshot();
         v["depth"] = depths.iter().map(|l| l.depth).sum::<u64>().into();
         v["oldest_age_s"] = depths.iter().map(|l| l.oldest_age_s).fold(0.0, f64::max).into();

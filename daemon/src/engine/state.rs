@@ -907,7 +907,7 @@ mod tests {
             "jobs 3 and 4 wait, job 1 is parked"
         );
         assert_eq!(lane.parked[0].n, 1);
-        let all = store.read(|r| lane_depths(r)).unwrap();
+        let all = store.read(lane_depths).unwrap();
         assert_eq!(
             (all[0].depth, all[0].parked.len()),
             (2, 1),
@@ -927,7 +927,7 @@ mod tests {
             store.read(|r| lane_of(r, &st.memory)).unwrap().is_none(),
             "an empty lane"
         );
-        assert!(store.read(|r| lane_depths(r)).unwrap().is_empty());
+        assert!(store.read(lane_depths).unwrap().is_empty());
     }
 
     #[test]
