@@ -400,6 +400,32 @@ fn one_scale(model_dir: &str, n: u64) {
     let loaded = store.read(|r| State::load(r, "m", T0)).unwrap();
     let load_ms = t.elapsed().as_secs_f64() * 1e3;
     drop(loaded);
+    // Of the load, the tables read whole.
+    let prefix = crate::store::keys::memory_prefix("m");
+    let scan_ms = |table: crate::store::Table| {
+        let t = Instant::now();
+        let n = store
+            .read(|r| {
+                Ok(match table {
+                    crate::store::Table::Facts => r.scan::<Fact>(table, &prefix)?.len(),
+                    crate::store::Table::Entities => r.scan::<Entity>(table, &prefix)?.len(),
+                    _ => r.scan::<Episode>(table, &prefix)?.len(),
+                })
+            })
+            .unwrap();
+        (n, t.elapsed().as_secs_f64() * 1e3)
+    };
+    let parts: Vec<String> = [
+        crate::store::Table::Facts,
+        crate::store::Table::Entities,
+        crate::store::Table::Episodes,
+    ]
+    .into_iter()
+    .map(|table| {
+        let (n, ms) = scan_ms(table);
+        format!("{n} {} {ms:.1} ms", table.name())
+    })
+    .collect();
     let fresh = reopen();
     engine.indexes = Some(fresh);
     let t = Instant::now();
@@ -418,9 +444,10 @@ fn one_scale(model_dir: &str, n: u64) {
     let ms = t.elapsed().as_secs_f64() * 1e3;
     let r = &out.info["recall"]["ms"];
     println!(
-        "cold at {n}: first decorate {ms:.1} ms (recall {:.1}, searches {:.1}); alone: the state's load {load_ms:.1} ms, the first search of the vectors {vectors_ms:.1} and of the words {words_ms:.1}",
+        "cold at {n}: first decorate {ms:.1} ms (recall {:.1}, searches {:.1}); alone: the state's load {load_ms:.1} ms (of it {}), the first search of the vectors {vectors_ms:.1} and of the words {words_ms:.1}",
         r["total"].as_f64().unwrap_or(0.0),
         r["search"].as_f64().unwrap_or(0.0),
+        parts.join(", "),
     );
 }
 
