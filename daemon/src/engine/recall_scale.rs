@@ -328,16 +328,7 @@ fn one_scale(model_dir: &str, n: u64) {
             );
             let t = Instant::now();
             let out = engine
-                .decorate(DecorateArgs {
-                    memory: "m".into(),
-                    request: json!({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}),
-                    now: Some(T0 + n as f64 * 30.0 + 3_600.0),
-                    dry_run: true,
-                    ceiling: Some(16_000),
-                    agent: None,
-                    user: None,
-                    history: HistoryMode::Delta,
-                })
+                .decorate(question(&text, T0 + n as f64 * 30.0 + 3_600.0))
                 .unwrap();
             let ms = t.elapsed().as_secs_f64() * 1e3;
             let r = &out.info["recall"];
@@ -430,16 +421,7 @@ fn one_scale(model_dir: &str, n: u64) {
     engine.indexes = Some(fresh);
     let t = Instant::now();
     let out = engine
-        .decorate(DecorateArgs {
-            memory: "m".into(),
-            request: json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "What did Amara do in Lisbon?"}]}),
-            now: Some(T0 + n as f64 * 30.0 + 3_600.0),
-            dry_run: true,
-            ceiling: Some(16_000),
-            agent: None,
-            user: None,
-            history: HistoryMode::Delta,
-        })
+        .decorate(question("What did Amara do in Lisbon?", T0 + n as f64 * 30.0 + 3_600.0))
         .unwrap();
     let ms = t.elapsed().as_secs_f64() * 1e3;
     let r = &out.info["recall"]["ms"];
@@ -449,6 +431,20 @@ fn one_scale(model_dir: &str, n: u64) {
         r["search"].as_f64().unwrap_or(0.0),
         parts.join(", "),
     );
+}
+
+/// A question to memory `m` as a new user message, decorated as a dry run at a 16k ceiling.
+fn question(text: &str, now: f64) -> DecorateArgs {
+    DecorateArgs {
+        memory: "m".into(),
+        request: json!({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}),
+        now: Some(now),
+        dry_run: true,
+        ceiling: Some(16_000),
+        agent: None,
+        user: None,
+        history: HistoryMode::Delta,
+    }
 }
 
 fn embedder_dim(engine: &Engine) -> usize {

@@ -711,6 +711,26 @@ pub struct LaneDepth {
     pub parked: Vec<ParkedJob>,
 }
 
+impl LaneDepth {
+    /// Reads a job at the head of the lane, oldest first: a parked one is listed and the head
+    /// goes on (true); the first runnable one gives the oldest age and ends it (false).
+    fn read_head(&mut self, job: Job, now: f64) -> bool {
+        if job.parked() {
+            self.parked.push(ParkedJob {
+                n: job.n,
+                kind: job.job.name().to_owned(),
+                attempts: job.attempts,
+                error: job.error,
+            });
+            return true;
+        }
+        if job.queued_at > 0.0 {
+            self.oldest_age_s = (now - job.queued_at).max(0.0);
+        }
+        false
+    }
+}
+
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ParkedJob {
     pub n: u64,
@@ -739,17 +759,8 @@ pub fn lane_depths(r: &Reader<'_>) -> Result<Vec<LaneDepth>, StoreError> {
         let lane = lanes.last_mut().expect("pushed above");
         if at_head {
             if let Some(job) = r.get::<Job>(Table::Jobs, key)? {
-                if job.parked() {
-                    lane.parked.push(ParkedJob {
-                        n: job.n,
-                        kind: job.job.name().to_owned(),
-                        attempts: job.attempts,
-                        error: job.error,
-                    });
+                if lane.read_head(job, now) {
                     return Ok(true);
-                }
-                if job.queued_at > 0.0 {
-                    lane.oldest_age_s = (now - job.queued_at).max(0.0);
                 }
             }
             at_head = false;
@@ -774,21 +785,12 @@ pub fn lane_of(r: &Reader<'_>, record: &MemoryRecord) -> Result<Option<LaneDepth
         memory: record.id.clone(),
         ..LaneDepth::default()
     };
-    r.visit(Table::Jobs, &prefix, &prefix, |_, job: Job| {
-        if job.parked() {
-            lane.parked.push(ParkedJob {
-                n: job.n,
-                kind: job.job.name().to_owned(),
-                attempts: job.attempts,
-                error: job.error,
-            });
-            return Ok(true);
-        }
-        if job.queued_at > 0.0 {
-            lane.oldest_age_s = (now - job.queued_at).max(0.0);
-        }
-        Ok(false)
-    })?;
+    r.visit(
+        Table::Jobs,
+        &prefix,
+        &prefix,
+        |_, job: Job| Ok(lane.read_head(job, now)),
+    )?;
     lane.depth = queued.saturating_sub(lane.parked.len() as u64);
     Ok(Some(lane))
 }
