@@ -1,7 +1,8 @@
 //! Meaning search: a cosine index of u64 keys → f32 vectors, one usearch index per memory.
 //! The only module that imports usearch.
 //!
-//! Each memory's index lives in memory while used and is written to disk by [`Vectors::save`]
+//! Each memory's index is opened as a read-only view of its file (mapped, not read), loaded
+//! into memory at its first change, and written to disk by [`Vectors::save`]
 //! (`<stem>.usearch`, plus `<stem>.keys`: the keys it holds, since usearch cannot list them).
 //! The stem names what is indexed: one memory directory holds several such indexes (recall's
 //! facts and passages, the graph's entities), each with its own files.
@@ -126,15 +127,17 @@ impl Handle {
     /// Loads a viewed index into memory, with room to grow, before its first change. The file
     /// still holds what the view showed: it is only rewritten by a save, after a change.
     fn writable(&mut self) -> Result<(), IndexError> {
-        let Some(path) = self.viewed.take() else {
+        let Some(path) = &self.viewed else {
             return Ok(());
         };
         let index = Index::new(&options(self.index.dimensions())).map_err(err)?;
-        index.load(&path).map_err(err)?;
+        index.load(path).map_err(err)?;
         index
             .reserve_capacity_and_threads(index.capacity().max(FIRST_CAPACITY), threads())
             .map_err(err)?;
+        // Only now: a failed load leaves the view, searchable, and the next change tries again.
         self.index = index;
+        self.viewed = None;
         Ok(())
     }
 
