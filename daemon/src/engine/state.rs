@@ -91,12 +91,7 @@ impl State {
         )?;
         let mut memory_record = record.unwrap_or_else(|| MemoryRecord::new(memory, now));
         if memory_record.queued_jobs.is_none() {
-            let mut n = 0;
-            r.visit_keys(Table::Jobs, &prefix, |_| {
-                n += 1;
-                Ok(true)
-            })?;
-            memory_record.queued_jobs = Some(n);
+            memory_record.queued_jobs = Some(r.count(Table::Jobs, &prefix)?);
         }
         let loaded_from = horizon(&episodes, memory_record.turn);
         let mut messages = Vec::new();
