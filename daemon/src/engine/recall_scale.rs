@@ -1,6 +1,7 @@
-//! What recall costs in decorate as a memory grows to 1k, 10k and 100k facts and passages, with
-//! the lane's prepared walk ready and without it (not a test; in release, with the built-in
-//! model):
+//! Two benchmarks of the engine at scale (not tests; in release, with the built-in model).
+//!
+//! `recall_at_scale`: what recall costs in decorate as a memory grows to 1k, 10k and 100k facts
+//! and passages, with the lane's prepared walk ready and without it:
 //!
 //!     cargo test --release -p recalld --lib recall_at_scale -- --ignored --nocapture
 //!
@@ -13,6 +14,27 @@
 //! from the store as at a start, then 60 different questions are decorated (`dry_run`, one new
 //! user message each, ceiling 16k) and timed: the whole decorate, and recall's own steps from
 //! `info.recall.ms`.
+//!
+//! `memories_at_scale`: how the process's RSS grows with the number of memories in use, and
+//! whether it levels off once more are used than the engine's caches hold (64 loaded states,
+//! `EngineConfig::cached_memories`; 64 open word and 64 vector indexes, `index::Indexes`):
+//!
+//!     RECALLD_MEMORIES=128 RECALLD_MESSAGES=10000 \
+//!         cargo test --release -p recalld --lib memories_at_scale -- --ignored --nocapture
+//!
+//! (the defaults; 128 memories of 10k messages take ~10 minutes here, most of it building the
+//! indexes). The memories (`agent-0001`…) are written as above, with their entities' vectors
+//! too, into one store, and their indexes built from it; then the store and engine are opened
+//! again as after a restart (the model kept, the heap the build freed given back) and each
+//! memory in turn gets a question as a new user message, kept (not a dry run, ceiling 16k),
+//! twice over: the second pass finds every memory evicted and loads it again. Every 16 memories
+//! it prints VmRSS, of it the heap (RssAnon) and mapped files (RssFile: the store's map, the
+//! indexes' files), VmHWM, threads, open files, mappings, the cached states and per-memory
+//! locks, and the median decorate of those 16; at the end, the RSS before use and at the end,
+//! the growth per memory until the caps fill, the plateau past them, and the sizes on disk.
+//! Only decorate runs: no lane (indexing, graph, distill jobs), so no vector index is loaded
+//! for a change and no word index writer is open during use (the line after the build shows
+//! what those cost).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -113,6 +135,9 @@ const WHEN: [&str; 12] = [
     "last autumn",
 ];
 
+/// When the memories' first message was written (2026-01-01, unix seconds).
+const T0: f64 = 1_767_225_600.0;
+
 /// A small deterministic generator (xorshift), so every run writes the same memory.
 struct Rng(u64);
 
@@ -175,128 +200,16 @@ fn recall_at_scale() {
 }
 
 fn one_scale(model_dir: &str, n: u64) {
-    const T0: f64 = 1_767_225_600.0;
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
-    let cfg: ModelsConfig = toml::from_str(&format!("[embedder]\npath = {model_dir:?}\n")).unwrap();
     let engine = Engine::new(
         store.clone(),
-        Some(Models::load(&cfg, dir.path()).unwrap()),
+        Some(load_models(model_dir, dir.path())),
         EngineConfig::default(),
     );
-    let embedder = &engine.models.as_ref().unwrap().embedder;
-    let model = embedder.id().name;
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let pool_texts: Vec<String> = (0..1_000).map(|_| sentence(&mut rng)).collect();
-    let mut pool: Vec<Vec<f32>> = Vec::new();
-    for chunk in pool_texts.chunks(64) {
-        let texts: Vec<&str> = chunk.iter().map(String::as_str).collect();
-        pool.extend(embedder.embed(&CallCtx::new("m"), &texts).unwrap());
-    }
-
-    // The memory: messages in episodes of ten, a passage per message, n facts over n/5 entities.
-    let mut st = store.read(|r| State::load(r, "m", T0)).unwrap();
-    let entities = (n / 5).max(10);
-    for e in 0..entities {
-        let name = format!("{} {}", PEOPLE[(e % 40) as usize], e / 40);
-        st.push_entity(Entity {
-            n: 0,
-            name,
-            aliases: Vec::new(),
-            at: T0,
-        });
-    }
-    let live_from = (n / 10).saturating_sub(20);
-    for i in 0..n {
-        let at = T0 + i as f64 * 30.0;
-        let p = (i % 1_000) as usize;
-        let role = if i % 2 == 0 { Role::User } else { Role::Assistant };
-        let text = format!("{} ({i})", pool_texts[p]);
-        let m = StoredMessage::new(
-            &st.memory,
-            Message::new(Format::ChatCompletions, role, &text),
-            at,
-            Source::Request,
-        );
-        if role == Role::User {
-            st.memory.turn = m.turn;
-        }
-        let (seq, turn) = (st.push_message(m), st.memory.turn);
-        if i % 10 == 9 {
-            let k = i / 10;
-            st.push_episode(Episode {
-                n: 0,
-                first_seq: i - 9,
-                last_seq: i,
-                first_turn: (i - 9) / 2 + 1,
-                last_turn: turn,
-                at,
-                tokens: 200,
-                state: if k < live_from {
-                    EpisodeState::Forgotten
-                } else {
-                    EpisodeState::Live
-                },
-                acknowledged: true,
-                facts: Vec::new(),
-                changed_at: at,
-                passaged: k < live_from,
-            });
-        }
-        let episode = i / 10;
-        if episode < live_from {
-            let excerpt = format!("{}: {text}", if role == Role::User { "User" } else { "Assistant" });
-            let passage = Passage {
-                n: st.memory.next_passage,
-                episode,
-                first_seq: seq,
-                last_seq: seq,
-                first_turn: turn,
-                last_turn: turn,
-                at,
-                tokens: 20,
-                text_tokens: super::tokens::text_tokens(&excerpt) as u64,
-                text: excerpt,
-            };
-            let pn = passage.n;
-            st.push_passages(vec![passage]);
-            let v = near(&pool[p], &mut rng);
-            st.put_vector(
-                VectorKind::Passage,
-                pn,
-                VectorRecord {
-                    model: model.clone(),
-                    v,
-                },
-            );
-        }
-        // A fact about this message's sentence, between two entities.
-        let mut f = Fact::new(&pool_texts[p], "", "", false, at);
-        let (a, b) = (rng.next() % entities, rng.next() % entities);
-        f.subject = st.entities[a as usize].name.clone();
-        f.object = st.entities[b as usize].name.clone();
-        f.subject_entity = Some(a);
-        f.object_entity = Some(b);
-        f.episodes = vec![episode];
-        f.note_seq = seq;
-        f.first_turn = turn;
-        f.last_turn = turn;
-        let fact = st.push_fact(f);
-        st.put_edge(a, fact, b);
-        let v = near(&pool[p], &mut rng);
-        st.put_vector(
-            VectorKind::Fact,
-            fact,
-            VectorRecord {
-                model: model.clone(),
-                v,
-            },
-        );
-        if i % 5_000 == 4_999 || i + 1 == n {
-            store.write(|w| st.save(w)).unwrap();
-            st.mark_saved();
-        }
-    }
+    let (pool_texts, pool, model) = embed_pool(&engine, &mut rng);
+    let mut st = write_memory(&store, &pool_texts, &pool, &model, "m", n, &mut rng);
     let started = Instant::now();
     engine.check_indexes().unwrap();
     let build = started.elapsed().as_secs_f64();
@@ -328,7 +241,7 @@ fn one_scale(model_dir: &str, n: u64) {
             );
             let t = Instant::now();
             let out = engine
-                .decorate(question(&text, T0 + n as f64 * 30.0 + 3_600.0))
+                .decorate(question("m", &text, T0 + n as f64 * 30.0 + 3_600.0))
                 .unwrap();
             let ms = t.elapsed().as_secs_f64() * 1e3;
             let r = &out.info["recall"];
@@ -421,7 +334,11 @@ fn one_scale(model_dir: &str, n: u64) {
     engine.indexes = Some(fresh);
     let t = Instant::now();
     let out = engine
-        .decorate(question("What did Amara do in Lisbon?", T0 + n as f64 * 30.0 + 3_600.0))
+        .decorate(question(
+            "m",
+            "What did Amara do in Lisbon?",
+            T0 + n as f64 * 30.0 + 3_600.0,
+        ))
         .unwrap();
     let ms = t.elapsed().as_secs_f64() * 1e3;
     let r = &out.info["recall"]["ms"];
@@ -433,10 +350,438 @@ fn one_scale(model_dir: &str, n: u64) {
     );
 }
 
-/// A question to memory `m` as a new user message, decorated as a dry run at a 16k ceiling.
-fn question(text: &str, now: f64) -> DecorateArgs {
+#[test]
+#[ignore]
+fn memories_at_scale() {
+    let model_dir = std::env::var("RECALLD_MODEL_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../models/all-MiniLM-L6-v2").to_owned());
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .map(|v| v.trim().parse::<u64>().unwrap_or_else(|_| panic!("{name}: a number")))
+            .unwrap_or(default)
+    };
+    let (memories, n) = (env("RECALLD_MEMORIES", 128), env("RECALLD_MESSAGES", 10_000));
+    let at_start = Proc::read();
+    let dir = tempfile::tempdir().unwrap();
+    // ~4 KB a message: 128 memories of 10k take ~5 GB, past the default map (1 GB, doubled when
+    // full, each time under an exclusive lock). The map is address space, not RSS.
+    let opts = StoreOptions {
+        map_size: StoreOptions::default().map_size.max((memories * n * 8_192) as usize),
+    };
+    let store = Arc::new(Store::open(dir.path(), &opts).unwrap());
+    let config = EngineConfig::default();
+    let engine = Engine::new(store.clone(), Some(load_models(&model_dir, dir.path())), config.clone());
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let (pool_texts, pool, model) = embed_pool(&engine, &mut rng);
+    let model_loaded = Proc::read();
+    println!(
+        "{memories} memories of {n} messages; RSS at the start {:.0} MB, with the model loaded (and run on 1,000 texts) {:.0} MB",
+        at_start.rss, model_loaded.rss
+    );
+
+    let ids: Vec<String> = (1..=memories).map(|i| format!("agent-{i:04}")).collect();
+    let started = Instant::now();
+    for (i, id) in ids.iter().enumerate() {
+        let mut st = write_memory(&store, &pool_texts, &pool, &model, id, n, &mut rng);
+        // The entities' vectors, as the graph's lane stores them (without them every start
+        // would find the entity indexes behind the store).
+        for e in 0..st.entities.len() {
+            let (en, v) = (st.entities[e].n, near(&pool[e % pool.len()], &mut rng));
+            st.put_vector(
+                VectorKind::Entity,
+                en,
+                VectorRecord {
+                    model: model.clone(),
+                    v,
+                },
+            );
+        }
+        store.write(|w| st.save(w)).unwrap();
+        if (i + 1) % 8 == 0 || i + 1 == ids.len() {
+            println!(
+                "written {} memories, {:.0} s, data.mdb {:.0} MB, RSS {:.0} MB",
+                i + 1,
+                started.elapsed().as_secs_f64(),
+                mb(store.size_bytes()),
+                Proc::read().rss
+            );
+        }
+    }
+    let t = Instant::now();
+    assert_eq!(engine.check_indexes().unwrap(), ids.len());
+    let built = Proc::read();
+    // SAFETY: glibc's malloc_trim only returns free heap pages to the system.
+    unsafe { libc::malloc_trim(0) };
+    let trimmed = Proc::read();
+    println!(
+        "indexes built from the store in {:.0} s, the last {} memories' indexes still open (loaded, with their writers): RSS {:.0} MB (heap {:.0}, files {:.0}), {} threads, {} open files; {:.0} MB (heap {:.0}) once the freed heap is given back",
+        t.elapsed().as_secs_f64(),
+        ids.len().min(64),
+        built.rss,
+        built.anon,
+        built.file,
+        built.threads,
+        built.fds,
+        trimmed.rss,
+        trimmed.anon
+    );
+
+    // In use as after a restart: the store and indexes opened again (the build's open indexes
+    // and mapped pages gone), the heap the build freed given back, the model kept.
+    let mut engine = engine;
+    let models = engine.models.take().unwrap();
+    engine.indexes.take().unwrap().flush().unwrap();
+    drop(engine);
+    drop(store);
+    // SAFETY: as above.
+    unsafe { libc::malloc_trim(0) };
+    let store = Arc::new(Store::open(dir.path(), &opts).unwrap());
+    let engine = Engine::new(store.clone(), Some(models), config.clone());
+    assert_eq!(
+        engine.check_indexes().unwrap(),
+        0,
+        "the indexes were left behind the store"
+    );
+    let before = Proc::read();
+    println!(
+        "reopened as after a restart: RSS {:.0} MB (heap {:.0}, files {:.0}), {} threads, {} open files",
+        before.rss, before.anon, before.file, before.threads, before.fds
+    );
+    println!();
+    println!("| pass | memories used | RSS MB | heap (RssAnon) | files (RssFile) | of them data.mdb / word / vector index files | VmHWM | threads | open files | mappings | states cached | memory locks / index locks | decorate p50 ms (these 16) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+
+    // Each memory in turn gets a question as a new user message (kept: not a dry run), twice
+    // over, so the second pass finds every memory evicted by the later ones. Readings: the
+    // memories used in all, of them distinct, what /proc says then.
+    let mut readings: Vec<(u64, u64, Proc)> = Vec::new();
+    for pass in 1..=2u64 {
+        let now = T0 + n as f64 * 30.0 + 3_600.0 * pass as f64;
+        let mut ms = Vec::new();
+        for (i, id) in ids.iter().enumerate() {
+            let text = format!(
+                "What did {} do with {} in {}, and when?",
+                rng.pick(&PEOPLE),
+                rng.pick(&PEOPLE),
+                rng.pick(&PLACES)
+            );
+            let t = Instant::now();
+            let out = engine
+                .decorate(DecorateArgs {
+                    dry_run: false,
+                    ..question(id, &text, now)
+                })
+                .unwrap();
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+            let r = &out.info["recall"];
+            assert!(
+                r["items"].as_array().is_some_and(|i| !i.is_empty()),
+                "recall found nothing in {id}: {r:#}"
+            );
+            if (i + 1) % 16 == 0 || i + 1 == ids.len() {
+                let p = Proc::read();
+                let used = i as u64 + 1;
+                readings.push(((pass - 1) * memories + used, used.max((pass - 1) * memories), p));
+                let p = &readings.last().unwrap().2;
+                println!(
+                    "| {pass} | {} | {:.0} | {:.0} | {:.0} | {:.0} / {:.0} / {:.0} | {:.0} | {} | {} | {} | {} | {} / {} | {:.1} |",
+                    i + 1,
+                    p.rss,
+                    p.anon,
+                    p.file,
+                    p.mdb,
+                    p.words,
+                    p.vectors,
+                    p.hwm,
+                    p.threads,
+                    p.fds,
+                    p.maps,
+                    engine.cache.lock().unwrap().states.len(),
+                    engine.locks.lock().unwrap().len(),
+                    engine.index_locks.lock().unwrap().len(),
+                    percentile(&mut ms, 0.5)
+                );
+                ms.clear();
+            }
+        }
+    }
+
+    let end = Proc::read();
+    let cap = (config.cached_memories as u64).max(64);
+    let range = |xs: Vec<f64>| {
+        let lo = xs.iter().copied().reduce(f64::min).unwrap_or(0.0);
+        let hi = xs.iter().copied().reduce(f64::max).unwrap_or(0.0);
+        format!("{lo:.0}–{hi:.0}")
+    };
+    let past: Vec<&Proc> = readings.iter().filter(|r| r.0 > cap).map(|r| &r.2).collect();
+    let plateau = if past.is_empty() {
+        format!("none (no more than {cap} memories used)")
+    } else {
+        format!(
+            "RSS {} MB (heap {}, files {}) over the {} readings past {cap} memories used",
+            range(past.iter().map(|p| p.rss).collect()),
+            range(past.iter().map(|p| p.anon).collect()),
+            range(past.iter().map(|p| p.file).collect()),
+            past.len()
+        )
+    };
+    let filled = readings
+        .iter()
+        .rfind(|r| r.0 <= cap)
+        .map(|(_, used, p)| {
+            let per = |now: f64, then: f64| (now - then) / *used as f64;
+            format!(
+                ", {:.2} MB a memory used up to {used} (heap {:.2}, files {:.2})",
+                per(p.rss, before.rss),
+                per(p.anon, before.anon),
+                per(p.file, before.file)
+            )
+        })
+        .unwrap_or_default();
+    println!();
+    println!(
+        "{memories} memories of {n} messages: RSS {:.0} MB with the model loaded, {:.0} MB reopened before use (heap {:.0}), {:.0} MB at the end (heap {:.0}, files {:.0}: data.mdb {:.0}, word index files {:.0}, vector index files {:.0}; VmHWM {:.0}){filled}; plateau: {plateau}; data.mdb {:.0} MB, index dir {:.0} MB; caps: {} cached states, {} open word and {} vector indexes",
+        model_loaded.rss,
+        before.rss,
+        before.anon,
+        end.rss,
+        end.anon,
+        end.file,
+        end.mdb,
+        end.words,
+        end.vectors,
+        end.hwm,
+        mb(store.size_bytes()),
+        mb(dir_bytes(&store.path().join("index"))),
+        config.cached_memories,
+        64,
+        64
+    );
+}
+
+/// What /proc says of this process: RSS (of it heap and mapped files), its peak, in MB;
+/// threads, open files and mappings.
+struct Proc {
+    rss: f64,
+    anon: f64,
+    file: f64,
+    /// Of `file`: the store's map, the word indexes' files, the vector indexes' files.
+    mdb: f64,
+    words: f64,
+    vectors: f64,
+    hwm: f64,
+    threads: usize,
+    fds: usize,
+    maps: usize,
+}
+
+impl Proc {
+    fn read() -> Proc {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let field = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        // Resident pages by mapped file.
+        let (mut mdb, mut words, mut vectors, mut path) = (0.0, 0.0, 0.0, String::new());
+        for line in std::fs::read_to_string("/proc/self/smaps").unwrap_or_default().lines() {
+            if let Some(kb) = line.strip_prefix("Rss:") {
+                let kb: f64 = kb.trim().trim_end_matches("kB").trim().parse().unwrap_or(0.0);
+                if path.ends_with("/data.mdb") {
+                    mdb += kb / 1024.0;
+                } else if path.contains("/index/") && path.contains("/words/") {
+                    words += kb / 1024.0;
+                } else if path.contains("/index/") && path.ends_with(".usearch") {
+                    vectors += kb / 1024.0;
+                }
+            } else if line
+                .split_whitespace()
+                .next()
+                .is_some_and(|a| a.contains('-') && !a.ends_with(':'))
+            {
+                path = line.split_whitespace().nth(5).unwrap_or("").to_owned();
+            }
+        }
+        Proc {
+            mdb,
+            words,
+            vectors,
+            rss: field("VmRSS:") / 1024.0,
+            anon: field("RssAnon:") / 1024.0,
+            file: field("RssFile:") / 1024.0,
+            hwm: field("VmHWM:") / 1024.0,
+            threads: field("Threads:") as usize,
+            fds: std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0),
+            maps: std::fs::read_to_string("/proc/self/maps")
+                .map(|m| m.lines().count())
+                .unwrap_or(0),
+        }
+    }
+}
+
+fn mb(bytes: u64) -> f64 {
+    bytes as f64 / (1 << 20) as f64
+}
+
+/// Bytes of the files under `dir`.
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| match e.metadata() {
+                    Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+                    Ok(m) => m.len(),
+                    Err(_) => 0,
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// The built-in model, from `model_dir`.
+fn load_models(model_dir: &str, data: &std::path::Path) -> Models {
+    let cfg: ModelsConfig = toml::from_str(&format!("[embedder]\npath = {model_dir:?}\n")).unwrap();
+    Models::load(&cfg, data).unwrap()
+}
+
+/// The pool of 1,000 texts and their vectors from the engine's embedder, and its name.
+fn embed_pool(engine: &Engine, rng: &mut Rng) -> (Vec<String>, Vec<Vec<f32>>, String) {
+    let embedder = &engine.models.as_ref().unwrap().embedder;
+    let pool_texts: Vec<String> = (0..1_000).map(|_| sentence(rng)).collect();
+    let mut pool: Vec<Vec<f32>> = Vec::new();
+    for chunk in pool_texts.chunks(64) {
+        let texts: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        pool.extend(embedder.embed(&CallCtx::new("m"), &texts).unwrap());
+    }
+    (pool_texts, pool, embedder.id().name)
+}
+
+/// Writes memory `memory` straight to the store: n messages in episodes of ten (all forgotten
+/// but the last twenty), a passage per forgotten message and n facts over n/5 entities, each
+/// with a vector near its pool text's. Returns its state, saved.
+fn write_memory(
+    store: &Store,
+    pool_texts: &[String],
+    pool: &[Vec<f32>],
+    model: &str,
+    memory: &str,
+    n: u64,
+    rng: &mut Rng,
+) -> State {
+    // The memory: messages in episodes of ten, a passage per message, n facts over n/5 entities.
+    let mut st = store.read(|r| State::load(r, memory, T0)).unwrap();
+    let entities = (n / 5).max(10);
+    for e in 0..entities {
+        let name = format!("{} {}", PEOPLE[(e % 40) as usize], e / 40);
+        st.push_entity(Entity {
+            n: 0,
+            name,
+            aliases: Vec::new(),
+            at: T0,
+        });
+    }
+    let live_from = (n / 10).saturating_sub(20);
+    for i in 0..n {
+        let at = T0 + i as f64 * 30.0;
+        let p = (i % 1_000) as usize;
+        let role = if i % 2 == 0 { Role::User } else { Role::Assistant };
+        let text = format!("{} ({i})", pool_texts[p]);
+        let m = StoredMessage::new(
+            &st.memory,
+            Message::new(Format::ChatCompletions, role, &text),
+            at,
+            Source::Request,
+        );
+        if role == Role::User {
+            st.memory.turn = m.turn;
+        }
+        let (seq, turn) = (st.push_message(m), st.memory.turn);
+        if i % 10 == 9 {
+            let k = i / 10;
+            st.push_episode(Episode {
+                n: 0,
+                first_seq: i - 9,
+                last_seq: i,
+                first_turn: (i - 9) / 2 + 1,
+                last_turn: turn,
+                at,
+                tokens: 200,
+                state: if k < live_from {
+                    EpisodeState::Forgotten
+                } else {
+                    EpisodeState::Live
+                },
+                acknowledged: true,
+                facts: Vec::new(),
+                changed_at: at,
+                passaged: k < live_from,
+            });
+        }
+        let episode = i / 10;
+        if episode < live_from {
+            let excerpt = format!("{}: {text}", if role == Role::User { "User" } else { "Assistant" });
+            let passage = Passage {
+                n: st.memory.next_passage,
+                episode,
+                first_seq: seq,
+                last_seq: seq,
+                first_turn: turn,
+                last_turn: turn,
+                at,
+                tokens: 20,
+                text_tokens: super::tokens::text_tokens(&excerpt) as u64,
+                text: excerpt,
+            };
+            let pn = passage.n;
+            st.push_passages(vec![passage]);
+            let v = near(&pool[p], rng);
+            st.put_vector(
+                VectorKind::Passage,
+                pn,
+                VectorRecord {
+                    model: model.to_owned(),
+                    v,
+                },
+            );
+        }
+        // A fact about this message's sentence, between two entities.
+        let mut f = Fact::new(&pool_texts[p], "", "", false, at);
+        let (a, b) = (rng.next() % entities, rng.next() % entities);
+        f.subject = st.entities[a as usize].name.clone();
+        f.object = st.entities[b as usize].name.clone();
+        f.subject_entity = Some(a);
+        f.object_entity = Some(b);
+        f.episodes = vec![episode];
+        f.note_seq = seq;
+        f.first_turn = turn;
+        f.last_turn = turn;
+        let fact = st.push_fact(f);
+        st.put_edge(a, fact, b);
+        let v = near(&pool[p], rng);
+        st.put_vector(
+            VectorKind::Fact,
+            fact,
+            VectorRecord {
+                model: model.to_owned(),
+                v,
+            },
+        );
+        if i % 5_000 == 4_999 || i + 1 == n {
+            store.write(|w| st.save(w)).unwrap();
+            st.mark_saved();
+        }
+    }
+    st
+}
+
+/// A question to `memory` as a new user message, decorated as a dry run at a 16k ceiling.
+fn question(memory: &str, text: &str, now: f64) -> DecorateArgs {
     DecorateArgs {
-        memory: "m".into(),
+        memory: memory.into(),
         request: json!({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}),
         now: Some(now),
         dry_run: true,

@@ -69,6 +69,11 @@ impl<H> OpenHandles<H> {
         Ok(h)
     }
 
+    /// The memory's handle if it is open (neither opened nor counted as a use).
+    pub(super) fn peek(&self, memory: &str) -> Option<Arc<Mutex<H>>> {
+        self.inner().handles.get(memory).cloned()
+    }
+
     /// Puts `h` in place of the memory's handle (a rebuilt index).
     pub(super) fn replace(&self, memory: &str, h: H) {
         let mut inner = self.inner();

@@ -15,7 +15,7 @@
 //! memory's index is used under its own lock, one call at a time, so its thread slots (one per
 //! core) are never exhausted.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -25,6 +25,10 @@ use super::open::OpenHandles;
 use super::{ensure_memory_dir, memory_dir, IndexError};
 
 const FIRST_CAPACITY: usize = 64;
+/// Memories whose saved index stays loaded in RAM (the ones the lanes are writing; the rest are
+/// read-only views of their files, loaded again at their next change): 64 loaded indexes of
+/// 20k vectors took about a gigabyte, and a memory written job after job is not read again.
+const LOADED_INDEXES: usize = 4;
 
 fn err(e: impl std::fmt::Display) -> IndexError {
     IndexError::Vectors(e.to_string())
@@ -37,6 +41,8 @@ pub struct Vectors {
     /// The name of this index's files in each memory directory.
     stem: &'static str,
     open: OpenHandles<Handle>,
+    /// Memories whose index stays loaded after its save, least recently written first.
+    loaded: Mutex<VecDeque<String>>,
 }
 
 struct Handle {
@@ -211,6 +217,24 @@ impl Handle {
         self.dirty = false;
         Ok(())
     }
+
+    /// Goes back to a view of its saved file, dropping the copy in RAM (its next change loads
+    /// it again). Failing that, the loaded copy stays.
+    fn view_saved(&mut self, files: &Files) {
+        let path = files.index.to_string_lossy().into_owned();
+        let view = match Index::new(&options(self.index.dimensions())) {
+            Ok(v) => v,
+            Err(e) => return tracing::warn!(error = %e, "vector index: no view after save; kept in RAM"),
+        };
+        match view.view(&path) {
+            Ok(()) if view.size() == self.index.size() => {
+                self.index = view;
+                self.viewed = Some(path);
+            }
+            Ok(()) => tracing::warn!(path, "vector index: the saved file differs; kept in RAM"),
+            Err(e) => tracing::warn!(error = %e, path, "vector index: no view after save; kept in RAM"),
+        }
+    }
 }
 
 /// Where one memory's index and its keys are written.
@@ -232,6 +256,7 @@ impl Vectors {
             dim,
             stem,
             open: OpenHandles::new(max_open),
+            loaded: Mutex::default(),
         })
     }
 
@@ -292,7 +317,36 @@ impl Vectors {
     /// Writes the memory's index to disk if it changed.
     pub fn save(&self, memory: &str) -> Result<(), IndexError> {
         let files = self.files(&ensure_memory_dir(&self.root, memory)?);
-        self.with(memory, |h| h.save(&files))
+        self.with(memory, |h| h.save(&files))?;
+        self.keep_loaded(memory);
+        Ok(())
+    }
+
+    /// Notes the memory's index as just written (loaded, to change again without reading its
+    /// file); past [`LOADED_INDEXES`] the least recently written one goes back to a view when
+    /// nobody holds it and nothing in it is unsaved (else it is tried again at the next save).
+    fn keep_loaded(&self, memory: &str) {
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        loaded.retain(|m| m != memory);
+        loaded.push_back(memory.to_owned());
+        let mut tries = loaded.len();
+        while loaded.len() > LOADED_INDEXES && tries > 0 {
+            tries -= 1;
+            let Some(old) = loaded.pop_front() else { break };
+            let Some(h) = self.open.peek(&old) else { continue };
+            let viewed = match h.try_lock() {
+                Ok(mut h) if !h.dirty => {
+                    if h.viewed.is_none() {
+                        h.view_saved(&self.files(&self.dir(&old)));
+                    }
+                    true
+                }
+                _ => false,
+            };
+            if !viewed {
+                loaded.push_back(old);
+            }
+        }
     }
 
     /// Writes every changed index to disk (at shutdown).
@@ -316,6 +370,7 @@ impl Vectors {
         fresh.dirty = true;
         fresh.save(&self.files(&ensure_memory_dir(&self.root, memory)?))?;
         self.open.replace(memory, fresh);
+        self.keep_loaded(memory);
         Ok(())
     }
 
@@ -481,6 +536,36 @@ mod tests {
             .map(|h| h.0)
             .collect();
         assert!(!found.contains(&3) && found.contains(&500), "{found:?}");
+    }
+
+    #[test]
+    fn only_the_latest_written_indexes_stay_loaded_the_others_go_back_to_views() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = Vectors::open(dir.path(), DIM, "vectors", 16).unwrap();
+        let viewed = |m: &str| v.handle(m).unwrap().lock().unwrap().viewed.is_some();
+        let memories: Vec<String> = (0..LOADED_INDEXES + 2).map(|i| format!("m{i}")).collect();
+        let mut before = Vec::new();
+        for (i, m) in memories.iter().enumerate() {
+            for k in 0..50u64 {
+                v.add(m, k, &unit(k as usize + i, 0.1)).unwrap();
+            }
+            assert!(!viewed(m), "loaded to change");
+            before.push(v.search(m, &unit(3, 0.1), 10).unwrap());
+            v.save(m).unwrap();
+        }
+        for (i, m) in memories.iter().enumerate() {
+            assert_eq!(viewed(m), i < 2, "{m}");
+            assert_eq!(v.search(m, &unit(3, 0.1), 10).unwrap(), before[i], "{m}");
+        }
+        // A view changes again: loaded, saved, and the file holds what it then shows.
+        v.remove("m0", 0).unwrap();
+        v.add("m0", 99, &unit(7, 0.0)).unwrap();
+        v.save("m0").unwrap();
+        assert!(!viewed("m0") && viewed("m2"), "m0 written last, m2 now the oldest");
+        let ids = v.ids("m0").unwrap();
+        assert!(ids.len() == 50 && ids.contains(&99) && !ids.contains(&0), "{ids:?}");
+        let reopened = Vectors::open(dir.path(), DIM, "vectors", 16).unwrap();
+        assert_eq!(reopened.ids("m0").unwrap(), ids);
     }
 
     #[test]

@@ -153,6 +153,17 @@ impl Handle {
         self.reader.reload().map_err(err)
     }
 
+    /// Commits, then closes the writer once its merges are done: between the lane's jobs a
+    /// memory's index holds no write state (a writer keeps an indexing thread, a merge pool
+    /// and its arena; 64 open ones took over a gigabyte and hundreds of threads).
+    fn commit_and_close(&mut self) -> Result<(), IndexError> {
+        self.commit()?;
+        if let Some(w) = self.writer.take() {
+            w.wait_merging_threads().map_err(err)?;
+        }
+        Ok(())
+    }
+
     fn search(&mut self, query: &str, k: usize) -> Result<Vec<(u64, f32)>, IndexError> {
         self.commit()?;
         if k == 0 {
@@ -246,9 +257,10 @@ impl Words {
         self.with(memory, |h| h.remove(id))
     }
 
-    /// Makes the memory's staged writes durable and visible.
+    /// Makes the memory's staged writes durable and visible, and closes its writer (the next
+    /// write opens one again).
     pub fn commit(&self, memory: &str) -> Result<(), IndexError> {
-        self.with(memory, Handle::commit)
+        self.with(memory, Handle::commit_and_close)
     }
 
     /// The `k` best documents of `memory` for `query` by BM25, best first. Any text is a valid
@@ -274,7 +286,7 @@ impl Words {
                 h.add(id, text.as_ref())?;
             }
             h.staged = true;
-            h.commit()
+            h.commit_and_close()
         })
     }
 
@@ -552,6 +564,25 @@ mod tests {
         for m in 0..10u64 {
             assert_eq!(ids(&w.search(&format!("m{m}"), "memory", 5).unwrap()), vec![m]);
         }
+    }
+
+    #[test]
+    fn a_commit_closes_the_writer_and_the_next_write_opens_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = words_in(dir.path());
+        let writing = |w: &Words| w.handle("m").unwrap().lock().unwrap().writer.is_some();
+        for round in 0..3u64 {
+            for i in 0..10 {
+                w.add("m", round * 10 + i, &format!("pear round{round} {i}")).unwrap();
+            }
+            assert!(writing(&w));
+            w.commit("m").unwrap();
+            assert!(!writing(&w), "no writer kept between jobs");
+            assert_eq!(w.search("m", "pear", 100).unwrap().len() as u64, (round + 1) * 10);
+        }
+        w.remove("m", 0).unwrap();
+        w.commit("m").unwrap();
+        assert_eq!(w.ids("m").unwrap().len(), 29);
     }
 
     #[test]
