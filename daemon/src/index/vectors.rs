@@ -317,8 +317,13 @@ impl Vectors {
     /// Writes the memory's index to disk if it changed.
     pub fn save(&self, memory: &str) -> Result<(), IndexError> {
         let files = self.files(&ensure_memory_dir(&self.root, memory)?);
-        self.with(memory, |h| h.save(&files))?;
-        self.keep_loaded(memory);
+        let loaded = self.with(memory, |h| {
+            h.save(&files)?;
+            Ok(h.viewed.is_none())
+        })?;
+        if loaded {
+            self.keep_loaded(memory);
+        }
         Ok(())
     }
 
