@@ -169,6 +169,16 @@ fn sentence(rng: &mut Rng) -> String {
     )
 }
 
+/// A question about some names and a place, never one of the stored texts.
+fn random_question(rng: &mut Rng) -> String {
+    format!(
+        "What did {} do with {} in {}, and when?",
+        rng.pick(&PEOPLE),
+        rng.pick(&PEOPLE),
+        rng.pick(&PLACES)
+    )
+}
+
 /// A pool vector with noise, normalised: near its text's meaning, never equal to another.
 fn near(v: &[f32], rng: &mut Rng) -> Vec<f32> {
     let mut out: Vec<f32> = v.iter().map(|x| x + 0.02 * rng.unit()).collect();
@@ -233,12 +243,7 @@ fn one_scale(model_dir: &str, n: u64) {
         }
         let (mut decorate, mut recall, mut embed, mut search, mut walk) = (vec![], vec![], vec![], vec![], vec![]);
         for q in 0..65 {
-            let text = format!(
-                "What did {} do with {} in {}, and when?",
-                rng.pick(&PEOPLE),
-                rng.pick(&PEOPLE),
-                rng.pick(&PLACES)
-            );
+            let text = random_question(rng);
             let t = Instant::now();
             let out = engine
                 .decorate(question("m", &text, T0 + n as f64 * 30.0 + 3_600.0))
@@ -459,12 +464,7 @@ fn memories_at_scale() {
         let now = T0 + n as f64 * 30.0 + 3_600.0 * pass as f64;
         let mut ms = Vec::new();
         for (i, id) in ids.iter().enumerate() {
-            let text = format!(
-                "What did {} do with {} in {}, and when?",
-                rng.pick(&PEOPLE),
-                rng.pick(&PEOPLE),
-                rng.pick(&PLACES)
-            );
+            let text = random_question(&mut rng);
             let t = Instant::now();
             let out = engine
                 .decorate(DecorateArgs {

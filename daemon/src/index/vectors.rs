@@ -4,6 +4,7 @@
 //! Each memory's index is opened as a read-only view of its file (mapped, not read), loaded
 //! into memory at its first change, and written to disk by [`Vectors::save`]
 //! (`<stem>.usearch`, plus `<stem>.keys`: the keys it holds, since usearch cannot list them).
+//! Once saved, only the few most recently written stay loaded; the others become views again.
 //! The stem names what is indexed: one memory directory holds several such indexes (recall's
 //! facts and passages, the graph's entities), each with its own files.
 //! Both files are written to a temporary name and renamed; at load a keys file that does not
