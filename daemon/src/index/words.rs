@@ -39,6 +39,16 @@ fn err(e: impl std::fmt::Display) -> IndexError {
     IndexError::Words(e.to_string())
 }
 
+/// Closes a writer taken out of its handle once its merges are done. Called without the
+/// handle's lock, so searches go on meanwhile; the engine writes a memory's index under its
+/// index lock, so no other writer opens on it before this one is closed.
+fn close(writer: Option<IndexWriter>) -> Result<(), IndexError> {
+    match writer {
+        Some(w) => w.wait_merging_threads().map_err(err),
+        None => Ok(()),
+    }
+}
+
 /// BM25 word indexes of every memory under one root directory.
 pub struct Words {
     root: PathBuf,
@@ -153,15 +163,13 @@ impl Handle {
         self.reader.reload().map_err(err)
     }
 
-    /// Commits, then closes the writer once its merges are done: between the lane's jobs a
-    /// memory's index holds no write state (a writer keeps an indexing thread, a merge pool
-    /// and its arena; 64 open ones took over a gigabyte and hundreds of threads).
-    fn commit_and_close(&mut self) -> Result<(), IndexError> {
+    /// Commits and hands the writer out, to be closed by [`close`] once the handle's lock is
+    /// released: between the lane's jobs a memory's index holds no write state (a writer keeps
+    /// an indexing thread, a merge pool and its arena; 64 open ones took over a gigabyte and
+    /// hundreds of threads).
+    fn commit_and_take(&mut self) -> Result<Option<IndexWriter>, IndexError> {
         self.commit()?;
-        if let Some(w) = self.writer.take() {
-            w.wait_merging_threads().map_err(err)?;
-        }
-        Ok(())
+        Ok(self.writer.take())
     }
 
     fn search(&mut self, query: &str, k: usize) -> Result<Vec<(u64, f32)>, IndexError> {
@@ -260,7 +268,7 @@ impl Words {
     /// Makes the memory's staged writes durable and visible, and closes its writer (the next
     /// write opens one again).
     pub fn commit(&self, memory: &str) -> Result<(), IndexError> {
-        self.with(memory, Handle::commit_and_close)
+        close(self.with(memory, Handle::commit_and_take)?)
     }
 
     /// The `k` best documents of `memory` for `query` by BM25, best first. Any text is a valid
@@ -281,13 +289,14 @@ impl Words {
         docs: impl IntoIterator<Item = (u64, S)>,
     ) -> Result<(), IndexError> {
         self.drop_memory(memory)?;
-        self.with(memory, |h| {
+        let writer = self.with(memory, |h| {
             for (id, text) in docs {
                 h.add(id, text.as_ref())?;
             }
             h.staged = true;
-            h.commit_and_close()
-        })
+            h.commit_and_take()
+        })?;
+        close(writer)
     }
 
     /// Closes and deletes the memory's word index (it can be rebuilt from the store).
