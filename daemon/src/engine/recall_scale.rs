@@ -415,8 +415,7 @@ fn memories_at_scale() {
     let t = Instant::now();
     assert_eq!(engine.check_indexes().unwrap(), ids.len());
     let built = Proc::read();
-    // SAFETY: glibc's malloc_trim only returns free heap pages to the system.
-    unsafe { libc::malloc_trim(0) };
+    give_back_freed_heap();
     let trimmed = Proc::read();
     println!(
         "indexes built from the store in {:.0} s, the last {} memories' indexes still open (loaded, with their writers): RSS {:.0} MB (heap {:.0}, files {:.0}), {} threads, {} open files; {:.0} MB (heap {:.0}) once the freed heap is given back",
@@ -438,8 +437,7 @@ fn memories_at_scale() {
     engine.indexes.take().unwrap().flush().unwrap();
     drop(engine);
     drop(store);
-    // SAFETY: as above.
-    unsafe { libc::malloc_trim(0) };
+    give_back_freed_heap();
     let store = Arc::new(Store::open(dir.path(), &opts).unwrap());
     let engine = Engine::new(store.clone(), Some(models), config.clone());
     assert_eq!(
@@ -619,6 +617,15 @@ impl Proc {
                 .map(|m| m.lines().count())
                 .unwrap_or(0),
         }
+    }
+}
+
+/// Returns the heap's free pages to the system (glibc keeps them), so RSS shows what is held.
+fn give_back_freed_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory at the top and in the middle of the heap.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
