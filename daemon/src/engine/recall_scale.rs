@@ -33,8 +33,8 @@
 //! locks, and the median decorate of those 16; at the end, the RSS before use and at the end,
 //! the growth per memory until the caps fill, the plateau past them, and the sizes on disk.
 //! Only decorate runs: no lane (indexing, graph, distill jobs), so no vector index is loaded
-//! for a change and no word index writer is open during use (the line after the build shows
-//! what those cost).
+//! for a change during use; the line after the build shows what writing the indexes of every
+//! memory leaves behind.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -195,8 +195,7 @@ fn percentile(xs: &mut [f64], p: f64) -> f64 {
 #[test]
 #[ignore]
 fn recall_at_scale() {
-    let model_dir = std::env::var("RECALLD_MODEL_DIR")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../models/all-MiniLM-L6-v2").to_owned());
+    let model_dir = model_dir();
     println!("| facts and passages | index build s | decorate p50 / p99 ms | recall p50 / p99 | query embedding p50 | searches p50 / p99 | walk p50 | with the prepared walk: decorate p50 / p99 | recall p50 / p99 |");
     println!("|---|---|---|---|---|---|---|---|---|");
     // `RECALLD_SCALES=10000` runs one size only.
@@ -358,8 +357,7 @@ fn one_scale(model_dir: &str, n: u64) {
 #[test]
 #[ignore]
 fn memories_at_scale() {
-    let model_dir = std::env::var("RECALLD_MODEL_DIR")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../models/all-MiniLM-L6-v2").to_owned());
+    let model_dir = model_dir();
     let env = |name: &str, default: u64| {
         std::env::var(name)
             .map(|v| v.trim().parse::<u64>().unwrap_or_else(|_| panic!("{name}: a number")))
@@ -418,9 +416,9 @@ fn memories_at_scale() {
     give_back_freed_heap();
     let trimmed = Proc::read();
     println!(
-        "indexes built from the store in {:.0} s, the last {} memories' indexes still open (loaded, with their writers): RSS {:.0} MB (heap {:.0}, files {:.0}), {} threads, {} open files; {:.0} MB (heap {:.0}) once the freed heap is given back",
+        "indexes built from the store in {:.0} s, the last {} memories' indexes still open: RSS {:.0} MB (heap {:.0}, files {:.0}), {} threads, {} open files; {:.0} MB (heap {:.0}) once the freed heap is given back",
         t.elapsed().as_secs_f64(),
-        ids.len().min(64),
+        ids.len().min(crate::index::OPEN_WORD_INDEXES),
         built.rss,
         built.anon,
         built.file,
@@ -505,7 +503,8 @@ fn memories_at_scale() {
     }
 
     let end = Proc::read();
-    let cap = (config.cached_memories as u64).max(64);
+    let (word_cap, vector_cap) = (crate::index::OPEN_WORD_INDEXES, crate::index::OPEN_VECTOR_INDEXES);
+    let cap = config.cached_memories.max(word_cap).max(vector_cap) as u64;
     let range = |xs: Vec<f64>| {
         let lo = xs.iter().copied().reduce(f64::min).unwrap_or(0.0);
         let hi = xs.iter().copied().reduce(f64::max).unwrap_or(0.0);
@@ -552,8 +551,8 @@ fn memories_at_scale() {
         mb(store.size_bytes()),
         mb(dir_bytes(&store.path().join("index"))),
         config.cached_memories,
-        64,
-        64
+        word_cap,
+        vector_cap
     );
 }
 
@@ -647,6 +646,12 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
                 .sum()
         })
         .unwrap_or(0)
+}
+
+/// Where the built-in model is: `RECALLD_MODEL_DIR`, else where `make model` puts it.
+fn model_dir() -> String {
+    std::env::var("RECALLD_MODEL_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../models/all-MiniLM-L6-v2").to_owned())
 }
 
 /// The built-in model, from `model_dir`.

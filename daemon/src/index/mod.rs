@@ -100,13 +100,13 @@ impl Marks {
 
 const MARKS_FILE: &str = "marks.json";
 /// Memories whose word index stays open at once.
-const OPEN_WORD_INDEXES: usize = 64;
+pub(crate) const OPEN_WORD_INDEXES: usize = 64;
 /// Memories whose vector indexes (recall's, the graph's) stay open at once, as mapped views of
 /// their files (loaded in RAM only while the lanes write a few of them). Each vector takes
 /// about 1 KB (384 16-bit floats and its graph links), so a memory with 10k facts and passages
 /// maps about 15 MB: a daemon serving a thousand memories keeps the recently used ones, not
 /// gigabytes.
-const OPEN_VECTOR_INDEXES: usize = 64;
+pub(crate) const OPEN_VECTOR_INDEXES: usize = 64;
 
 impl Indexes {
     /// The indexes under `root`, with a vector index of `dim` dimensions when there is an

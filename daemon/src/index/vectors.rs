@@ -70,6 +70,13 @@ fn options(dim: usize) -> IndexOptions {
     }
 }
 
+/// A read-only view of the index saved at `path` (mapped, not read).
+fn view_of(path: &str, dim: usize) -> Result<Index, IndexError> {
+    let index = Index::new(&options(dim)).map_err(err)?;
+    index.view(path).map_err(err)?;
+    Ok(index)
+}
+
 fn threads() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
 }
@@ -109,8 +116,7 @@ impl Handle {
                 want: dim,
             });
         }
-        let index = Index::new(&options(dim)).map_err(err)?;
-        index.view(&path).map_err(err)?;
+        let index = view_of(&path, dim)?;
         let bytes = std::fs::read(keys_path).map_err(|e| IndexError::io(keys_path, e))?;
         if bytes.len() % 8 != 0 {
             return Err(err("keys file of a partial length"));
@@ -223,16 +229,12 @@ impl Handle {
     /// it again). Failing that, the loaded copy stays.
     fn view_saved(&mut self, files: &Files) {
         let path = files.index.to_string_lossy().into_owned();
-        let view = match Index::new(&options(self.index.dimensions())) {
-            Ok(v) => v,
-            Err(e) => return tracing::warn!(error = %e, "vector index: no view after save; kept in RAM"),
-        };
-        match view.view(&path) {
-            Ok(()) if view.size() == self.index.size() => {
+        match view_of(&path, self.index.dimensions()) {
+            Ok(view) if view.size() == self.index.size() => {
                 self.index = view;
                 self.viewed = Some(path);
             }
-            Ok(()) => tracing::warn!(path, "vector index: the saved file differs; kept in RAM"),
+            Ok(_) => tracing::warn!(path, "vector index: the saved file differs; kept in RAM"),
             Err(e) => tracing::warn!(error = %e, path, "vector index: no view after save; kept in RAM"),
         }
     }
