@@ -320,9 +320,11 @@ impl Vectors {
     /// Writes the memory's index to disk if it changed.
     pub fn save(&self, memory: &str) -> Result<(), IndexError> {
         let files = self.files(&ensure_memory_dir(&self.root, memory)?);
+        // Only a loaded index with a file to go back to counts (an empty one never saved has
+        // none).
         let loaded = self.with(memory, |h| {
             h.save(&files)?;
-            Ok(h.viewed.is_none())
+            Ok(h.viewed.is_none() && files.index.exists())
         })?;
         if loaded {
             self.keep_loaded(memory);
