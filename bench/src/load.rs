@@ -467,7 +467,10 @@ fn floor(socket: &Path, kept: &[Value], clients: usize) -> Result<(Latency, Vec<
 }
 
 /// Stops the daemon, starts a new one on the same data, and times it to `hello` and to the
-/// agent's next decorate (a memory the new daemon has never loaded).
+/// agent's next decorate at once (a memory the new daemon has never loaded: a dry run, so the
+/// same message can be asked again); then starts it once more and asks that message for real
+/// once the daemon's warm-up (the model's first pass, the recently used memories loaded) is
+/// done, as a restart followed by a pause sees it.
 fn cold_start(daemon: &mut Daemon, agent: &mut Agent) -> Result<ColdStart, String> {
     let spawned = daemon.restart()?;
     daemon.wait_listening()?;
@@ -478,17 +481,47 @@ fn cold_start(daemon: &mut Daemon, agent: &mut Agent) -> Result<ColdStart, Strin
     let hello_ms = ms(spawned);
     let args = agent.decorate_args();
     let first_decorate_bytes = encoded_len("decorate", &args);
+    let mut dry = args.clone();
+    dry["dry_run"] = json!(true);
+    let asked = Instant::now();
+    let out = client
+        .call("decorate", dry)
+        .map_err(|e| format!("decorate after restart: {e}"))?;
+    let first_decorate_ms = ms(asked);
+    let first_decorate_recall_ms = out["info"]["recall"]["ms"].clone();
+    let first_decorate_aligned_on = out["info"]["aligned_on"].as_str().unwrap_or("?").to_owned();
+
+    daemon.restart()?;
+    daemon.wait_listening()?;
+    let mut client = connect(&daemon.socket)?;
+    let waited = Instant::now();
+    let warm = loop {
+        let stats = client
+            .call("stats", json!({}))
+            .map_err(|e| format!("stats after restart: {e}"))?;
+        if stats["warm"]["done"] == true {
+            break stats["warm"].clone();
+        }
+        if waited.elapsed() > Duration::from_secs(120) {
+            return Err("the daemon's warm-up did not finish within 120 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let asked = Instant::now();
     let out = client
         .call("decorate", args)
-        .map_err(|e| format!("decorate after restart: {e}"))?;
-    let first_decorate_ms = ms(asked);
+        .map_err(|e| format!("decorate after the warm-up: {e}"))?;
+    let warmed_decorate_ms = ms(asked);
     Ok(ColdStart {
         hello_ms,
         first_decorate_ms,
         first_decorate_bytes,
-        first_decorate_recall_ms: out["info"]["recall"]["ms"].clone(),
-        first_decorate_aligned_on: out["info"]["aligned_on"].as_str().unwrap_or("?").to_owned(),
+        first_decorate_recall_ms,
+        first_decorate_aligned_on,
+        warm_up_ms: warm["ms"].as_f64().unwrap_or(0.0),
+        warmed_memories: warm["memories"].as_u64().unwrap_or(0),
+        warmed_decorate_ms,
+        warmed_decorate_recall_ms: out["info"]["recall"]["ms"].clone(),
         rss_kb_after: sampler::rss_kb(daemon.pid()),
     })
 }

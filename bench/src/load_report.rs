@@ -86,13 +86,20 @@ pub struct Storage {
 pub struct ColdStart {
     /// From spawning the daemon on the existing data until `hello` answered.
     pub hello_ms: f64,
-    /// The first `decorate` of an existing memory after `hello` (its state not loaded yet).
+    /// The first `decorate` of an existing memory right after `hello` (its state not loaded
+    /// yet, its indexes not opened; a dry run).
     pub first_decorate_ms: f64,
     pub first_decorate_bytes: usize,
     /// Of the first decorate: recall's steps as its `info` gives them (`embed`, `search`,
     /// `walk`, `total`; null when it ran no recall) and what its alignment read.
     pub first_decorate_recall_ms: serde_json::Value,
     pub first_decorate_aligned_on: String,
+    /// After a second restart: the daemon's warm-up (`stats.warm`: its time and the memories
+    /// it loaded), then the same message decorated for real.
+    pub warm_up_ms: f64,
+    pub warmed_memories: u64,
+    pub warmed_decorate_ms: f64,
+    pub warmed_decorate_recall_ms: serde_json::Value,
     pub rss_kb_after: Option<u64>,
 }
 
@@ -278,11 +285,16 @@ impl LoadReport {
                 "cold start on that data".into(),
                 format!(
                     "hello {:.0} ms after the start, then the first decorate of an existing memory {:.0} ms \
-                     (recall {}; aligned on the {} history; RSS then {})",
+                     (recall {}; aligned on the {} history); after a restart and the warm-up ({:.0} ms, \
+                     {} memories) the same message {:.0} ms (recall {}; RSS then {})",
                     self.cold_start.hello_ms,
                     self.cold_start.first_decorate_ms,
                     recall_steps(&self.cold_start.first_decorate_recall_ms),
                     self.cold_start.first_decorate_aligned_on,
+                    self.cold_start.warm_up_ms,
+                    self.cold_start.warmed_memories,
+                    self.cold_start.warmed_decorate_ms,
+                    recall_steps(&self.cold_start.warmed_decorate_recall_ms),
                     mb(self.cold_start.rss_kb_after)
                 ),
             ),

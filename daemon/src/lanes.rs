@@ -124,7 +124,7 @@ fn background_pool(worker: usize, threads: usize) -> Option<rayon::ThreadPool> {
 }
 
 /// Lowers the calling thread's CPU priority (Linux: a thread id is a process id to setpriority).
-fn lower_priority() {
+pub(crate) fn lower_priority() {
     // SAFETY: gettid and setpriority take no pointers; a failure only leaves the priority as is.
     let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
     if r != 0 {

@@ -81,6 +81,15 @@ pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>
         settings.engine.lane_workers,
         settings.engine.lane_model_threads,
     );
+    // The model's first pass and the recently used memories, beside the socket (`warm`).
+    let e = engine.clone();
+    let spawned = std::thread::Builder::new().name("recalld-warm".into()).spawn(move || {
+        lanes::lower_priority();
+        e.warm();
+    });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start the warm-up thread; memories load at first use");
+    }
     if behind > 0 {
         let e = engine.clone();
         let spawned = std::thread::Builder::new()

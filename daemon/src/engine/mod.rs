@@ -34,6 +34,7 @@ mod state;
 mod tokens;
 mod units;
 pub mod walk;
+mod warm;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -77,6 +78,9 @@ pub struct EngineConfig {
     pub lane_model_threads: usize,
     /// Memories whose loaded state is kept between ops (most recently used).
     pub cached_memories: usize,
+    /// Memories warmed after a start (the most recently updated: state loaded, recall indexes
+    /// opened), so their first decorate does not pay for it; 0: none.
+    pub warm_memories: usize,
     /// Whether new user messages recall what left the view (and facts and passages are
     /// indexed for it). Off, the engine is the fade-and-seal mechanism alone.
     pub recall: bool,
@@ -122,6 +126,7 @@ impl Default for EngineConfig {
             lane_workers: 1,
             lane_model_threads: 0,
             cached_memories: 64,
+            warm_memories: 8,
             recall: true,
             recall_tokens: 2_500,
             recall_deadline_ms: 300,
@@ -218,6 +223,8 @@ pub struct Engine {
     query_embedder: Option<crate::models::queue::QueryEmbedder>,
     /// Agents' scope facts as last read, by version (the cross-memory block's reads).
     scope_facts_cache: scopes::FactsCache,
+    /// What the warm-up after a start has done (`stats`).
+    warmth: warm::Warmth,
 }
 
 #[derive(Default)]
@@ -266,6 +273,7 @@ impl Engine {
         Engine {
             query_embedder,
             scope_facts_cache: scopes::FactsCache::default(),
+            warmth: warm::Warmth::default(),
             store,
             models,
             config,
@@ -1029,6 +1037,8 @@ impl Engine {
             "models": self.models.as_ref().map(Models::stats),
             // Recall embeddings dropped unembedded because their caller had stopped waiting.
             "recall_embeddings_dropped": self.query_embedder.as_ref().map(|q| q.dropped()),
+            // The warm-up after the start: whether it ran and finished, memories, time.
+            "warm": self.warmth.stats(),
         }))
     }
 }
