@@ -29,6 +29,8 @@ pub struct FileConfig {
     pub log: Option<String>,
     /// Initial LMDB map size in bytes (grows by itself).
     pub map_size: Option<usize>,
+    /// What a commit waits for: "data" (default) or "full" (see `store::Durability`).
+    pub sync: Option<crate::store::Durability>,
     #[serde(default)]
     pub engine: EngineConfig,
     #[serde(default)]
@@ -70,6 +72,7 @@ pub struct Settings {
     pub max_in_flight: usize,
     pub log: String,
     pub map_size: usize,
+    pub sync: crate::store::Durability,
     pub engine: EngineConfig,
     pub models: ModelsConfig,
     pub peers: PeersConfig,
@@ -140,6 +143,7 @@ impl Settings {
                 .or(file.log)
                 .unwrap_or_else(|| "info".into()),
             map_size: file.map_size.unwrap_or(1 << 30),
+            sync: file.sync.unwrap_or_default(),
             engine: file.engine,
             models: file.models,
             peers: file.peers,
@@ -243,6 +247,16 @@ mod tests {
     fn unknown_keys_are_rejected() {
         let err = parse_file("sockte = \"/x\"\n").unwrap_err();
         assert!(err.contains("sockte"), "{err}");
+    }
+
+    #[test]
+    fn commits_flush_their_data_unless_full_sync_is_asked() {
+        use crate::store::Durability;
+        assert_eq!(parse_file("").unwrap().sync.unwrap_or_default(), Durability::Data);
+        assert_eq!(parse_file("sync = \"full\"\n").unwrap().sync, Some(Durability::Full));
+        assert_eq!(parse_file("sync = \"data\"\n").unwrap().sync, Some(Durability::Data));
+        let err = parse_file("sync = \"never\"\n").unwrap_err();
+        assert!(err.contains("never"), "{err}");
     }
 
     #[test]

@@ -42,6 +42,7 @@ pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>
         &settings.data_dir,
         &store::StoreOptions {
             map_size: settings.map_size,
+            sync: settings.sync,
         },
     )?);
     let models = models::Models::load(&settings.models, &settings.data_dir)?;

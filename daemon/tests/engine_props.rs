@@ -104,7 +104,16 @@ fn has_note_tool(req: &Value) -> bool {
 impl Sim {
     fn new(ceiling: u64) -> Sim {
         let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(Store::open(dir.path(), &StoreOptions { map_size: 64 << 20 }).unwrap());
+        let store = Arc::new(
+            Store::open(
+                dir.path(),
+                &StoreOptions {
+                    map_size: 64 << 20,
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
+        );
         Sim {
             engine: Engine::new(store, None, EngineConfig::default()),
             _dir: dir,

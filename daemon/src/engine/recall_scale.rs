@@ -370,6 +370,7 @@ fn memories_at_scale() {
     // full, each time under an exclusive lock). The map is address space, not RSS.
     let opts = StoreOptions {
         map_size: StoreOptions::default().map_size.max((memories * n * 8_192) as usize),
+        ..StoreOptions::default()
     };
     let store = Arc::new(Store::open(dir.path(), &opts).unwrap());
     let config = EngineConfig::default();

@@ -205,13 +205,32 @@ pub enum StoreError {
 pub struct StoreOptions {
     /// Initial map size in bytes; it grows by doubling when full.
     pub map_size: usize,
+    pub sync: Durability,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
         // Address space, not disk: the file grows with use.
-        StoreOptions { map_size: 1 << 30 }
+        StoreOptions {
+            map_size: 1 << 30,
+            sync: Durability::default(),
+        }
     }
+}
+
+/// What a commit waits for before it returns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// The commit's pages are on disk; the page that points at them (LMDB's meta page) goes
+    /// with the next commit. A crash of the daemon loses nothing; a power loss or a kernel
+    /// crash may undo the last commit, never more and never corrupting (LMDB's
+    /// `MDB_NOMETASYNC`). One flush per commit instead of two: on agent traffic, report's
+    /// median went from 1.3 to 0.8 ms and decorate's from 2.9 to 2.1 (README, Benchmarks).
+    #[default]
+    Data,
+    /// Both flushed at every commit: a power loss loses nothing acknowledged.
+    Full,
 }
 
 pub struct Store {
@@ -241,7 +260,10 @@ impl Store {
             .set_map_size(opts.map_size)
             .set_max_readers(512)
             // Read transactions are opened and closed on whichever blocking thread runs them.
-            .set_flags(EnvironmentFlags::NO_TLS)
+            .set_flags(match opts.sync {
+                Durability::Data => EnvironmentFlags::NO_TLS | EnvironmentFlags::NO_META_SYNC,
+                Durability::Full => EnvironmentFlags::NO_TLS,
+            })
             .open_with_permissions(dir, 0o600)?;
         let mut dbs = Vec::with_capacity(Table::ALL.len());
         for table in Table::ALL {
@@ -702,6 +724,38 @@ mod tests {
     }
 
     #[test]
+    fn either_durability_keeps_every_commit_across_a_reopen() {
+        for sync in [Durability::Data, Durability::Full] {
+            let dir = tempfile::tempdir().unwrap();
+            let opts = StoreOptions {
+                sync,
+                ..StoreOptions::default()
+            };
+            let store = Store::open(dir.path(), &opts).unwrap();
+            for n in 0..3u64 {
+                let row = Row {
+                    n,
+                    text: format!("{sync:?}"),
+                };
+                store
+                    .write(|w| w.put(Table::Edges, &keys::seq2("m", 1, n), &row))
+                    .unwrap();
+            }
+            // Closed without a final sync, as a killed daemon leaves it.
+            drop(store);
+            let store = Store::open(dir.path(), &opts).unwrap();
+            let got: Option<Row> = store.read(|r| r.get(Table::Edges, &keys::seq2("m", 1, 2))).unwrap();
+            assert_eq!(
+                got,
+                Some(Row {
+                    n: 2,
+                    text: format!("{sync:?}")
+                })
+            );
+        }
+    }
+
+    #[test]
     fn a_reverse_visit_reads_its_prefix_backwards_and_nothing_around_it() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
@@ -830,7 +884,14 @@ mod tests {
     #[test]
     fn map_full_grows_and_keeps_every_write() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), &StoreOptions { map_size: 256 * 1024 }).unwrap();
+        let store = Store::open(
+            dir.path(),
+            &StoreOptions {
+                map_size: 256 * 1024,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         for n in 0..400u64 {
             store
                 .write(|w| {
@@ -878,7 +939,14 @@ mod tests {
         std::fs::create_dir(&data).unwrap();
         // A filler to free later, so the same store can be shown to write again.
         std::fs::write(dir.path().join("filler"), vec![0u8; 512 * 1024]).unwrap();
-        let store = Store::open(&data, &StoreOptions { map_size: 256 * 1024 }).unwrap();
+        let store = Store::open(
+            &data,
+            &StoreOptions {
+                map_size: 256 * 1024,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let mut written = 0u64;
         let failure = loop {
             let n = written;
@@ -930,7 +998,14 @@ mod tests {
             })
             .expect("the store writes again once there is space");
         drop(store);
-        let store = Store::open(&data, &StoreOptions { map_size: 256 * 1024 }).unwrap();
+        let store = Store::open(
+            &data,
+            &StoreOptions {
+                map_size: 256 * 1024,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let n = store
             .read(|r| r.count(Table::Messages, &keys::memory_prefix("m")))
             .unwrap();
