@@ -84,9 +84,10 @@ pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>
     );
     // The model's first pass and the recently used memories, beside the socket (`warm`).
     let e = engine.clone();
+    let local_model = settings.models.embedder.provider == models::Provider::Builtin;
     let spawned = std::thread::Builder::new().name("recalld-warm".into()).spawn(move || {
         lanes::lower_priority();
-        e.warm();
+        e.warm(local_model);
     });
     if let Err(e) = spawned {
         tracing::warn!(error = %e, "cannot start the warm-up thread; memories load at first use");

@@ -38,10 +38,11 @@ impl Warmth {
 }
 
 impl Engine {
-    /// Warms the model, then up to `warm_memories` of the most recently updated memories
-    /// (their states into the cache, their recall indexes opened and searched once). Returns
-    /// how many memories it warmed. Errors are logged and skip the memory.
-    pub fn warm(&self) -> usize {
+    /// Warms the model (`local_model`: a remote endpoint is not called for it), then up to
+    /// `warm_memories` of the most recently updated memories (their states into the cache,
+    /// their recall indexes opened and searched once). Returns how many memories it warmed.
+    /// Errors are logged and skip the memory.
+    pub fn warm(&self, local_model: bool) -> usize {
         let started = Instant::now();
         self.warmth.started.store(true, Ordering::Relaxed);
         // One pass through the request path's embedder: weights paged in, buffers and
@@ -49,6 +50,7 @@ impl Engine {
         let probe = self
             .query_embedder
             .as_ref()
+            .filter(|_| local_model)
             .and_then(|q| q.embed("", vec!["what did we talk about".into()], MODEL_WAIT).ok())
             .and_then(|mut v| v.pop());
         let memories = match self.recent_memories(self.config.warm_memories) {
@@ -165,7 +167,7 @@ mod tests {
         let restarted = Engine::new(store, None, config);
         assert!(cached(&restarted).is_empty());
         assert_eq!(restarted.warmth.stats()["done"], false);
-        assert_eq!(restarted.warm(), 2);
+        assert_eq!(restarted.warm(true), 2);
         assert_eq!(cached(&restarted), ["a", "c"]);
         let stats = restarted.warmth.stats();
         assert_eq!(
