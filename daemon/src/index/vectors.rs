@@ -15,6 +15,13 @@
 //! usearch does not grow by itself: capacity is reserved ahead of each add, doubling. Each
 //! memory's index is used under its own lock, one call at a time, so its thread slots (one per
 //! core) are never exhausted.
+//!
+//! usearch is never handed a path to view: we map the file and give it the bytes. Its own
+//! mapping (`memory_mapped_file_t`, usearch 2.26) closes descriptor 0 when the path cannot be
+//! opened (its close runs `close(file_descriptor_)` with the 0 it started with), and in a
+//! daemon descriptor 0 is by then some other file's, socket's or lock's: a debug build aborts
+//! when that owner closes it ("IO Safety violation: owned file descriptor already closed"), a
+//! release build closes or writes the wrong file.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -56,6 +63,9 @@ struct Handle {
     /// The file the index is a read-only view of (mapped, not read: opening a memory's index
     /// of 200k vectors to search it took 300 ms when loaded), until the first change loads it.
     viewed: Option<String>,
+    /// The mapping a viewed `index` reads from (None once loaded). Declared after `index`, so
+    /// it is unmapped only after the view is dropped.
+    map: Option<memmap2::Mmap>,
 }
 
 fn options(dim: usize) -> IndexOptions {
@@ -70,11 +80,19 @@ fn options(dim: usize) -> IndexOptions {
     }
 }
 
-/// A read-only view of the index saved at `path` (mapped, not read).
-fn view_of(path: &str, dim: usize) -> Result<Index, IndexError> {
+/// A read-only view of the index saved at `path` (mapped, not read), and the mapping it reads
+/// from, to be kept for as long as the view (see the module doc for why usearch does not map
+/// the file itself).
+fn view_of(path: &str, dim: usize) -> Result<(Index, memmap2::Mmap), IndexError> {
+    let file = std::fs::File::open(path).map_err(|e| IndexError::io(Path::new(path), e))?;
+    // SAFETY: a saved index file is never changed in place (a save writes a temporary file
+    // and renames it over this one; a drop unlinks it), so the mapped bytes stay as they are.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| IndexError::io(Path::new(path), e))?;
     let index = Index::new(&options(dim)).map_err(err)?;
-    index.view(path).map_err(err)?;
-    Ok(index)
+    // SAFETY: the caller keeps `map` (whose address never moves) alive for as long as `index`
+    // (`Handle` drops its `index` before its `map`); on an error `index` is dropped first here.
+    unsafe { index.view_from_buffer(&map) }.map_err(err)?;
+    Ok((index, map))
 }
 
 fn threads() -> usize {
@@ -89,6 +107,7 @@ impl Handle {
             removed: 0,
             dirty: false,
             viewed: None,
+            map: None,
         })
     }
 
@@ -116,7 +135,7 @@ impl Handle {
                 want: dim,
             });
         }
-        let index = view_of(&path, dim)?;
+        let (index, map) = view_of(&path, dim)?;
         let bytes = std::fs::read(keys_path).map_err(|e| IndexError::io(keys_path, e))?;
         if bytes.len() % 8 != 0 {
             return Err(err("keys file of a partial length"));
@@ -134,6 +153,7 @@ impl Handle {
             removed: meta.count_deleted as usize,
             dirty: false,
             viewed: Some(path.into_owned()),
+            map: Some(map),
         })
     }
 
@@ -151,6 +171,7 @@ impl Handle {
         // Only now: a failed load leaves the view, searchable, and the next change tries again.
         self.index = index;
         self.viewed = None;
+        self.map = None;
         Ok(())
     }
 
@@ -230,8 +251,9 @@ impl Handle {
     fn view_saved(&mut self, files: &Files) {
         let path = files.index.to_string_lossy().into_owned();
         match view_of(&path, self.index.dimensions()) {
-            Ok(view) if view.size() == self.index.size() => {
+            Ok((view, map)) if view.size() == self.index.size() => {
                 self.index = view;
+                self.map = Some(map);
                 self.viewed = Some(path);
             }
             Ok(_) => tracing::warn!(path, "vector index: the saved file differs; kept in RAM"),
@@ -387,6 +409,11 @@ impl Vectors {
     /// Forgets the memory's vector index, in memory and on disk.
     pub fn drop_memory(&self, memory: &str) -> Result<(), IndexError> {
         self.open.remove(memory);
+        // Its files go: nothing to go back to a view of.
+        self.loaded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|m| m != memory);
         let files = self.files(&self.dir(memory));
         for f in [files.index, files.keys] {
             match std::fs::remove_file(&f) {
@@ -404,6 +431,66 @@ mod tests {
     use super::*;
 
     const DIM: usize = 8;
+
+    /// Runs `f` with a file of the test's own at descriptor 0 (where usearch's mapping of a
+    /// path it cannot open strikes, see the module doc) and says whether descriptor 0 is still
+    /// that file afterwards (not closed, nor closed and taken by another file). One at a time:
+    /// descriptor 0 is the process's.
+    fn descriptor_0_survives(f: impl FnOnce()) -> bool {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        static ONE: Mutex<()> = Mutex::new(());
+        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        let ours = std::fs::File::create(dir.path().join("ours")).unwrap();
+        let (dev, ino) = (ours.metadata().unwrap().dev(), ours.metadata().unwrap().ino());
+        // SAFETY: dup/dup2/fstat/close on descriptors this test owns (0 is put back after).
+        let stdin = unsafe { libc::dup(0) };
+        assert_eq!(unsafe { libc::dup2(ours.as_raw_fd(), 0) }, 0);
+        f();
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let open = unsafe { libc::fstat(0, &mut st) } == 0 && st.st_dev == dev && st.st_ino == ino;
+        unsafe {
+            if stdin >= 0 {
+                libc::dup2(stdin, 0);
+                libc::close(stdin);
+            } else {
+                libc::close(0);
+            }
+        }
+        open
+    }
+
+    #[test]
+    fn a_view_of_a_missing_file_fails_and_closes_no_other_descriptor() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.usearch");
+        assert!(descriptor_0_survives(|| {
+            assert!(view_of(&missing.to_string_lossy(), DIM).is_err());
+        }));
+    }
+
+    #[test]
+    fn a_dropped_memory_is_not_taken_back_to_a_view_of_its_deleted_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = Vectors::open(dir.path(), DIM, "vectors", 64).unwrap();
+        assert!(descriptor_0_survives(|| {
+            for i in 0..LOADED_INDEXES {
+                v.add(&format!("m{i}"), 1, &unit(i, 0.0)).unwrap();
+                v.save(&format!("m{i}")).unwrap();
+            }
+            // m0 is loaded with a saved file; dropped, then opened again empty (no file).
+            v.drop_memory("m0").unwrap();
+            assert!(v.search("m0", &unit(0, 0.0), 1).unwrap().is_empty());
+            // Later saves send the least recently written back to views: never m0's.
+            for i in LOADED_INDEXES..3 * LOADED_INDEXES {
+                v.add(&format!("m{i}"), 1, &unit(i, 0.0)).unwrap();
+                v.save(&format!("m{i}")).unwrap();
+            }
+        }));
+        assert!(v.ids("m0").unwrap().is_empty());
+        assert_eq!(v.ids("m5").unwrap(), vec![1]);
+    }
 
     /// A unit vector pointing mostly along axis `i`, tilted by `t`.
     fn unit(i: usize, t: f32) -> Vec<f32> {

@@ -39,6 +39,16 @@ fn err(e: impl std::fmt::Display) -> IndexError {
     IndexError::Words(e.to_string())
 }
 
+/// Closes a writer taken out of its handle once its merges are done. Called without the
+/// handle's lock, so searches go on meanwhile; the engine writes a memory's index under its
+/// index lock, so no other writer opens on it before this one is closed.
+fn close(writer: Option<IndexWriter>) -> Result<(), IndexError> {
+    match writer {
+        Some(w) => w.wait_merging_threads().map_err(err),
+        None => Ok(()),
+    }
+}
+
 /// BM25 word indexes of every memory under one root directory.
 pub struct Words {
     root: PathBuf,
@@ -153,6 +163,15 @@ impl Handle {
         self.reader.reload().map_err(err)
     }
 
+    /// Commits and hands the writer out, to be closed by [`close`] once the handle's lock is
+    /// released: between the lane's jobs a memory's index holds no write state (a writer keeps
+    /// an indexing thread, a merge pool and its arena; 64 open ones took over a gigabyte and
+    /// hundreds of threads).
+    fn commit_and_take(&mut self) -> Result<Option<IndexWriter>, IndexError> {
+        self.commit()?;
+        Ok(self.writer.take())
+    }
+
     fn search(&mut self, query: &str, k: usize) -> Result<Vec<(u64, f32)>, IndexError> {
         self.commit()?;
         if k == 0 {
@@ -246,9 +265,10 @@ impl Words {
         self.with(memory, |h| h.remove(id))
     }
 
-    /// Makes the memory's staged writes durable and visible.
+    /// Makes the memory's staged writes durable and visible, and closes its writer (the next
+    /// write opens one again).
     pub fn commit(&self, memory: &str) -> Result<(), IndexError> {
-        self.with(memory, Handle::commit)
+        close(self.with(memory, Handle::commit_and_take)?)
     }
 
     /// The `k` best documents of `memory` for `query` by BM25, best first. Any text is a valid
@@ -269,13 +289,14 @@ impl Words {
         docs: impl IntoIterator<Item = (u64, S)>,
     ) -> Result<(), IndexError> {
         self.drop_memory(memory)?;
-        self.with(memory, |h| {
+        let writer = self.with(memory, |h| {
             for (id, text) in docs {
                 h.add(id, text.as_ref())?;
             }
             h.staged = true;
-            h.commit()
-        })
+            h.commit_and_take()
+        })?;
+        close(writer)
     }
 
     /// Closes and deletes the memory's word index (it can be rebuilt from the store).
@@ -552,6 +573,25 @@ mod tests {
         for m in 0..10u64 {
             assert_eq!(ids(&w.search(&format!("m{m}"), "memory", 5).unwrap()), vec![m]);
         }
+    }
+
+    #[test]
+    fn a_commit_closes_the_writer_and_the_next_write_opens_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = words_in(dir.path());
+        let writing = |w: &Words| w.handle("m").unwrap().lock().unwrap().writer.is_some();
+        for round in 0..3u64 {
+            for i in 0..10 {
+                w.add("m", round * 10 + i, &format!("pear round{round} {i}")).unwrap();
+            }
+            assert!(writing(&w));
+            w.commit("m").unwrap();
+            assert!(!writing(&w), "no writer kept between jobs");
+            assert_eq!(w.search("m", "pear", 100).unwrap().len() as u64, (round + 1) * 10);
+        }
+        w.remove("m", 0).unwrap();
+        w.commit("m").unwrap();
+        assert_eq!(w.ids("m").unwrap().len(), 29);
     }
 
     #[test]
