@@ -225,8 +225,9 @@ pub enum Durability {
     /// The commit's pages are on disk; the page that points at them (LMDB's meta page) goes
     /// with the next commit. A crash of the daemon loses nothing; a power loss or a kernel
     /// crash may undo the last commit, never more and never corrupting (LMDB's
-    /// `MDB_NOMETASYNC`). One flush per commit instead of two: on agent traffic, report's
-    /// median went from 1.3 to 0.8 ms and decorate's from 2.9 to 2.1 (README, Benchmarks).
+    /// `MDB_NOMETASYNC`). One flush per commit instead of two: on agent traffic report's
+    /// median went from 0.78 to 0.68 ms on an idle disk and from 1.3 to 0.8 with a build
+    /// writing beside it (README, Benchmarks).
     #[default]
     Data,
     /// Both flushed at every commit: a power loss loses nothing acknowledged.
