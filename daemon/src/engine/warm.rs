@@ -53,7 +53,9 @@ impl Engine {
             .filter(|_| local_model)
             .and_then(|q| q.embed("", vec!["what did we talk about".into()], MODEL_WAIT).ok())
             .and_then(|mut v| v.pop());
-        let memories = match self.recent_memories(self.config.warm_memories) {
+        // No more than the cache keeps: a later one would push an earlier one out.
+        let n = self.config.warm_memories.min(self.config.cached_memories);
+        let memories = match self.recent_memories(n) {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot list memories to warm");
@@ -99,8 +101,8 @@ impl Engine {
     }
 
     /// The memory's state into the cache and its recall indexes open (searched once, so their
-    /// files' pages are read too). Indexes still being caught up with the store are left to
-    /// the catch-up.
+    /// files' pages are read too). Indexes the start found ahead of the store or gone are left
+    /// to their rebuild; ones only missing the newest documents are searched as recall would.
     fn warm_memory(&self, memory: &str, probe: Option<&[f32]>) -> Result<(), EngineError> {
         self.peek(memory, |_| ())?;
         // Indexes never written (or deleted, to be rebuilt) are not opened: that would create
