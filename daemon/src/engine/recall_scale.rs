@@ -335,22 +335,27 @@ fn one_scale(model_dir: &str, n: u64) {
         format!("{n} {} {ms:.1} ms", table.name())
     })
     .collect();
-    let fresh = reopen();
-    engine.indexes = Some(fresh);
-    let t = Instant::now();
-    let out = engine
-        .decorate(question(
-            "m",
-            "What did Amara do in Lisbon?",
-            T0 + n as f64 * 30.0 + 3_600.0,
-        ))
-        .unwrap();
-    let ms = t.elapsed().as_secs_f64() * 1e3;
-    let r = &out.info["recall"]["ms"];
+    // One new question, timed: the decorate, its recall and recall's searches.
+    let ask = |engine: &Engine| {
+        let t = Instant::now();
+        let out = engine
+            .decorate(question(
+                "m",
+                "What did Amara do in Lisbon?",
+                T0 + n as f64 * 30.0 + 3_600.0,
+            ))
+            .unwrap();
+        let r = &out.info["recall"]["ms"];
+        (
+            t.elapsed().as_secs_f64() * 1e3,
+            r["total"].as_f64().unwrap_or(0.0),
+            r["search"].as_f64().unwrap_or(0.0),
+        )
+    };
+    engine.indexes = Some(reopen());
+    let (ms, recall_ms, search_ms) = ask(&engine);
     println!(
-        "cold at {n}: first decorate {ms:.1} ms (recall {:.1}, searches {:.1}); alone: the state's load {load_ms:.1} ms (of it {}), the first search of the vectors {vectors_ms:.1} and of the words {words_ms:.1}",
-        r["total"].as_f64().unwrap_or(0.0),
-        r["search"].as_f64().unwrap_or(0.0),
+        "cold at {n}: first decorate {ms:.1} ms (recall {recall_ms:.1}, searches {search_ms:.1}); alone: the state's load {load_ms:.1} ms (of it {}), the first search of the vectors {vectors_ms:.1} and of the words {words_ms:.1}",
         parts.join(", "),
     );
     // The same after a start's warm-up (state loaded, indexes opened and searched once).
@@ -360,20 +365,9 @@ fn one_scale(model_dir: &str, n: u64) {
     let t = Instant::now();
     engine.warm(true);
     let warm_ms = t.elapsed().as_secs_f64() * 1e3;
-    let t = Instant::now();
-    let out = engine
-        .decorate(question(
-            "m",
-            "What did Amara do in Lisbon?",
-            T0 + n as f64 * 30.0 + 3_600.0,
-        ))
-        .unwrap();
-    let ms = t.elapsed().as_secs_f64() * 1e3;
-    let r = &out.info["recall"]["ms"];
+    let (ms, recall_ms, search_ms) = ask(&engine);
     println!(
-        "after the warm-up ({warm_ms:.1} ms) at {n}: first decorate {ms:.1} ms (recall {:.1}, searches {:.1})",
-        r["total"].as_f64().unwrap_or(0.0),
-        r["search"].as_f64().unwrap_or(0.0),
+        "after the warm-up ({warm_ms:.1} ms) at {n}: first decorate {ms:.1} ms (recall {recall_ms:.1}, searches {search_ms:.1})"
     );
 }
 
