@@ -123,7 +123,7 @@ fn chat_conversations_round_trip() {
     for t in traces() {
         let id = t["id"].as_str().unwrap();
         let v = chat_request(&t);
-        let p = parse_request(&v).unwrap_or_else(|e| panic!("{id}: {e}"));
+        let p = parse_request(v.clone()).unwrap_or_else(|e| panic!("{id}: {e}"));
         assert_eq!(p.format, Format::ChatCompletions);
         assert_eq!(render_back(&p), v, "{id}");
         // Same key order too: byte for byte.
@@ -164,7 +164,7 @@ fn responses_conversations_round_trip() {
     for t in traces() {
         let id = t["id"].as_str().unwrap();
         let v = responses_request(&t);
-        let p = parse_request(&v).unwrap_or_else(|e| panic!("{id}: {e}"));
+        let p = parse_request(v.clone()).unwrap_or_else(|e| panic!("{id}: {e}"));
         assert_eq!(p.format, Format::Responses);
         assert_eq!(render_back(&p), v, "{id}");
         assert_eq!(p.instructions.len(), 1, "{id}");
@@ -175,7 +175,7 @@ fn responses_conversations_round_trip() {
         check_tool_pairs(id, &p.history);
 
         // The chat form of the same conversation carries the same text and calls.
-        let c = parse_request(&chat_request(&t)).unwrap();
+        let c = parse_request(chat_request(&t)).unwrap();
         let calls = |h: &[Message]| h.iter().flat_map(|m| m.tool_calls.clone()).collect::<Vec<_>>();
         assert_eq!(calls(&p.history), calls(&c.history), "{id}");
         let texts = |h: &[Message]| {
@@ -194,7 +194,7 @@ fn anthropic_messages_conversations_round_trip() {
     for t in traces() {
         let id = t["id"].as_str().unwrap();
         // The chat conversation rendered as Messages, with its tools as {name, description, input_schema}.
-        let c = parse_request(&chat_request(&t)).unwrap();
+        let c = parse_request(chat_request(&t)).unwrap();
         let mut rest = c.rest.clone();
         rest.remove("tools");
         let mut v = render_request(Format::AnthropicMessages, &c.instructions, &c.history, &rest, &[]);
@@ -206,7 +206,7 @@ fn anthropic_messages_conversations_round_trip() {
             .collect();
         v["tools"] = Value::Array(tools);
         assert!(v["system"].is_string(), "{id}: instructions go to system");
-        let p = parse_request(&v).unwrap_or_else(|e| panic!("{id}: {e}"));
+        let p = parse_request(v.clone()).unwrap_or_else(|e| panic!("{id}: {e}"));
         assert_eq!(p.format, Format::AnthropicMessages, "{id}");
         assert_eq!(render_back(&p), v, "{id}");
         assert_eq!(p.instructions.len(), 1, "{id}");
@@ -234,13 +234,13 @@ fn anthropic_messages_conversations_round_trip() {
 fn conversions_between_formats_keep_fingerprints() {
     for t in traces() {
         let id = t["id"].as_str().unwrap();
-        let c = parse_request(&chat_request(&t)).unwrap();
+        let c = parse_request(chat_request(&t)).unwrap();
         // Chat → Responses → Chat gives the same messages, call for call.
         let r = render_request(Format::Responses, &c.instructions, &c.history, &c.rest, &[]);
-        let rp = parse_request(&r).unwrap_or_else(|e| panic!("{id}: {e}"));
+        let rp = parse_request(r.clone()).unwrap_or_else(|e| panic!("{id}: {e}"));
         check_tool_pairs(id, &rp.history);
         let back = render_request(Format::ChatCompletions, &rp.instructions, &rp.history, &rp.rest, &[]);
-        let bp = parse_request(&back).unwrap();
+        let bp = parse_request(back.clone()).unwrap();
         let fps = |h: &[Message]| h.iter().map(Message::fingerprint).collect::<Vec<_>>();
         assert_eq!(fps(&bp.history), fps(&c.history), "{id}");
         assert_eq!(fps(&bp.instructions), fps(&c.instructions), "{id}");
@@ -287,14 +287,14 @@ fn fingerprints_match_equal_and_split_edited() {
     let mut edited = 0;
     for t in traces() {
         let id = t["id"].as_str().unwrap();
-        let a = parse_request(&chat_request(&t)).unwrap();
-        let b = parse_request(&chat_request(&t)).unwrap();
+        let a = parse_request(chat_request(&t)).unwrap();
+        let b = parse_request(chat_request(&t)).unwrap();
         for (x, y) in a.history.iter().zip(&b.history) {
             assert_eq!(x.fingerprint(), y.fingerprint(), "{id}");
         }
         // The Responses form of a plain text message or tool output fingerprints like the chat
         // one (assistant text said together with calls is one chat message but two items).
-        let r = parse_request(&responses_request(&t)).unwrap();
+        let r = parse_request(responses_request(&t)).unwrap();
         let plain = |h: &[Message]| {
             h.iter()
                 .enumerate()
@@ -321,7 +321,7 @@ fn fingerprints_match_equal_and_split_edited() {
                 assert_eq!(prev, key, "{id}: two different messages share a fingerprint");
             }
             for e in edits(m) {
-                let ep = parse_request(&json!({"messages": [e]})).unwrap();
+                let ep = parse_request(json!({"messages": [e]})).unwrap();
                 let em = ep.instructions.iter().chain(&ep.history).next().unwrap().clone();
                 assert_ne!(em.fingerprint(), m.fingerprint(), "{id}: edit not seen: {}", em.raw);
                 edited += 1;
@@ -343,9 +343,9 @@ fn a_system_message_with_a_tool_result_block_is_read_as_chat() {
             {"role": "user", "content": "hi"},
         ],
     });
-    let p = parse_request(&request).unwrap();
+    let p = parse_request(request.clone()).unwrap();
     assert_eq!(p.format, Format::ChatCompletions);
-    let again = parse_request(&render_back(&p)).unwrap();
+    let again = parse_request(render_back(&p)).unwrap();
     assert_eq!(again.format, Format::ChatCompletions);
     assert_eq!(render_back(&again), render_back(&p));
 }

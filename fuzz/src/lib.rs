@@ -54,11 +54,14 @@ pub fn requests(data: &[u8]) {
         return;
     };
     let _ = parse_response(&value);
-    let Ok(parsed) = parse_request(&value) else { return };
+    let Ok(parsed) = parse_request(value.clone()) else {
+        return;
+    };
     let render =
         |p: &recalld::formats::ParsedRequest| render_request(p.format, &p.instructions, &p.history, &p.rest, &[]);
     let once = render(&parsed);
-    let reparsed = parse_request(&once).unwrap_or_else(|e| panic!("a rendered request does not parse: {e}\n{once}"));
+    let reparsed =
+        parse_request(once.clone()).unwrap_or_else(|e| panic!("a rendered request does not parse: {e}\n{once}"));
     assert_eq!(reparsed.format, parsed.format, "the format survives rendering");
     let twice = render(&reparsed);
     assert_eq!(twice, once, "rendering is a fixpoint");

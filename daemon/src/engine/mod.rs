@@ -377,9 +377,10 @@ impl Engine {
     }
 
     /// decorate: store what is new, take notes, seal, sleep or fade, assemble.
-    pub fn decorate(&self, args: DecorateArgs) -> Result<DecorateReply, EngineError> {
+    pub fn decorate(&self, mut args: DecorateArgs) -> Result<DecorateReply, EngineError> {
         let now = now_or(args.now)?;
-        let parsed = formats::parse_request(&args.request)?;
+        // Taken, not copied: the request's messages become the parsed messages.
+        let parsed = formats::parse_request(std::mem::take(&mut args.request))?;
         // A user message ending the request is embedded for recall before the lock is taken.
         let query = self.recall_query(&args.memory, &parsed, args.agent.as_deref());
         let lock = self.lock(&args.memory);

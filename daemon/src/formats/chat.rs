@@ -9,6 +9,18 @@ use super::{
 
 /// Reads one Chat Completions message; `at` names it in errors (`messages[3]`).
 pub(crate) fn parse_message(v: &Value, at: &str) -> Result<Message, FormatError> {
+    read(v, at).map(|m| Message { raw: v.clone(), ..m })
+}
+
+/// [`parse_message`] of a value the caller gives up: it becomes the message's `raw` without a
+/// copy (a request's messages are most of its bytes).
+pub(crate) fn parse_owned(v: Value, at: &str) -> Result<Message, FormatError> {
+    let m = read(&v, at)?;
+    Ok(Message { raw: v, ..m })
+}
+
+/// The message's fields, its `raw` left null for the callers above to fill.
+fn read(v: &Value, at: &str) -> Result<Message, FormatError> {
     let m = v
         .as_object()
         .ok_or_else(|| wrong(at_or(at, "message"), "an object", v))?;
@@ -49,7 +61,7 @@ pub(crate) fn parse_message(v: &Value, at: &str) -> Result<Message, FormatError>
         text: join_text(text, &tool_calls),
         tool_calls,
         tool_call_id,
-        raw: v.clone(),
+        raw: Value::Null,
         format: Format::ChatCompletions,
     })
 }

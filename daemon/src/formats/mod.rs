@@ -208,7 +208,7 @@ impl Message {
         request::convert(self, format)
             .into_iter()
             .filter_map(|raw| match format {
-                Format::ChatCompletions => chat::parse_message(&raw, "").ok(),
+                Format::ChatCompletions => chat::parse_owned(raw, "").ok(),
                 Format::Responses => responses::parse_item(&raw, "").ok(),
                 Format::AnthropicMessages => messages::parse_message(&raw, "").ok(),
             })
@@ -237,9 +237,9 @@ impl Message {
             Format::ChatCompletions => {
                 let mut raw = self.raw.clone();
                 chat::drop_calls(&mut raw, name);
-                let msg = chat::parse_message(&raw, "").ok()?;
+                let msg = chat::parse_owned(raw, "").ok()?;
                 let has_content =
-                    !msg.text.is_empty() || matches!(raw.get("content"), Some(Value::Array(a)) if !a.is_empty());
+                    !msg.text.is_empty() || matches!(msg.raw.get("content"), Some(Value::Array(a)) if !a.is_empty());
                 if msg.tool_calls.is_empty() && !has_content {
                     None
                 } else {

@@ -33,20 +33,25 @@ pub struct ParsedRequest {
 
 /// Reads a request. `messages` → Chat Completions; else `input` (string or list) or
 /// `instructions` → Responses; neither → error. A Responses `input` string is one user message.
-pub fn parse_request(v: &Value) -> Result<ParsedRequest, FormatError> {
-    let obj = v.as_object().ok_or_else(|| wrong("request", "an object", v))?;
+/// The request is taken, not copied: its Chat messages become the messages' `raw`.
+pub fn parse_request(v: Value) -> Result<ParsedRequest, FormatError> {
+    let mut obj = match v {
+        Value::Object(obj) => obj,
+        other => return Err(wrong("request", "an object", &other)),
+    };
     let model = obj.get("model").and_then(Value::as_str).map(str::to_string);
-    if obj.contains_key("messages") && messages::is_messages_request(obj) {
-        return parse_messages_request(obj, model);
+    if obj.contains_key("messages") && messages::is_messages_request(&obj) {
+        return parse_messages_request(&obj, model);
     }
-    if obj.contains_key("messages") {
-        let items = match &obj["messages"] {
+    // `shift_remove` keeps the other fields in their order (they render back as they came).
+    if let Some(items) = obj.shift_remove("messages") {
+        let items = match items {
             Value::Array(a) => a,
-            other => return Err(wrong("messages", "an array", other)),
+            other => return Err(wrong("messages", "an array", &other)),
         };
         let mut all = Vec::with_capacity(items.len());
-        for (i, m) in items.iter().enumerate() {
-            all.push(chat::parse_message(m, &format!("messages[{i}]"))?);
+        for (i, m) in items.into_iter().enumerate() {
+            all.push(chat::parse_owned(m, &format!("messages[{i}]"))?);
         }
         let lead = leading_instructions(&all);
         let history = all.split_off(lead);
@@ -63,7 +68,7 @@ pub fn parse_request(v: &Value) -> Result<ParsedRequest, FormatError> {
             provider_history: None,
             max_output_tokens,
             model,
-            rest: without(obj, &["messages"]),
+            rest: obj,
         });
     }
     if !obj.contains_key("input") && !obj.contains_key("instructions") {
@@ -118,7 +123,7 @@ pub fn parse_request(v: &Value) -> Result<ParsedRequest, FormatError> {
         model,
         // A null or empty `input` and a null `instructions` stay in `rest`, so they render back.
         rest: without(
-            obj,
+            &obj,
             &["input", "instructions"]
                 .into_iter()
                 .filter(|k| match obj.get(*k) {

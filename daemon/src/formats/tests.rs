@@ -5,14 +5,14 @@ use serde_json::{json, Value};
 use super::*;
 
 fn round_trip(v: Value) -> ParsedRequest {
-    let p = parse_request(&v).unwrap();
+    let p = parse_request(v.clone()).unwrap();
     let back = render_request(p.format, &p.instructions, &p.history, &p.rest, &[]);
     assert_eq!(back, v);
     p
 }
 
 fn err(v: Value) -> String {
-    parse_request(&v).unwrap_err().to_string()
+    parse_request(v.clone()).unwrap_err().to_string()
 }
 
 #[test]
@@ -131,7 +131,7 @@ fn responses_string_input_is_one_user_message() {
 
 #[test]
 fn engine_blocks_render_in_place() {
-    let p = parse_request(&json!({"model": "m", "instructions": "Be brief.", "input": "hello"})).unwrap();
+    let p = parse_request(json!({"model": "m", "instructions": "Be brief.", "input": "hello"})).unwrap();
     let facts = Message::new(Format::Responses, p.instructions_role, "facts");
     let mut view = vec![facts];
     view.extend(p.history.clone());
@@ -161,7 +161,7 @@ fn engine_blocks_render_in_place() {
     );
     assert_eq!(again["tools"].as_array().unwrap().len(), 1);
 
-    let p = parse_request(&json!({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}], "tools": [{"type": "function", "function": {"name": "t"}}]})).unwrap();
+    let p = parse_request(json!({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}], "tools": [{"type": "function", "function": {"name": "t"}}]})).unwrap();
     let view = vec![
         Message::new(Format::ChatCompletions, p.instructions_role, "facts"),
         p.history[0].clone(),
@@ -235,8 +235,8 @@ fn errors_say_what_and_where() {
 
 #[test]
 fn fingerprints_ignore_spelling_and_volatile_fields() {
-    let chat = |v: Value| parse_request(&json!({"messages": [v]})).unwrap().history[0].fingerprint();
-    let resp = |v: Value| parse_request(&json!({"input": [v]})).unwrap().history[0].fingerprint();
+    let chat = |v: Value| parse_request(json!({"messages": [v]})).unwrap().history[0].fingerprint();
+    let resp = |v: Value| parse_request(json!({"input": [v]})).unwrap().history[0].fingerprint();
     let a = chat(json!({"role": "user", "content": "hi"}));
     assert_eq!(
         a,
@@ -475,7 +475,7 @@ fn stream_chunks_and_unknown_replies_are_errors() {
 
 #[test]
 fn cross_format_conversion() {
-    let chat = parse_request(&json!({"messages": [
+    let chat = parse_request(json!({"messages": [
         {"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "u", "detail": "low"}}]},
         {"role": "assistant", "content": "ok", "tool_calls": [
             {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}},
@@ -497,21 +497,21 @@ fn cross_format_conversion() {
         ])
     );
     // And back: the calls merge into the assistant message again.
-    let resp = parse_request(&r).unwrap();
+    let resp = parse_request(r.clone()).unwrap();
     let c = render_request(Format::ChatCompletions, &[], &resp.history, &Default::default(), &[]);
-    let back = parse_request(&c).unwrap();
+    let back = parse_request(c.clone()).unwrap();
     let fps = |h: &[Message]| h.iter().map(Message::fingerprint).collect::<Vec<_>>();
     assert_eq!(c["messages"].as_array().unwrap().len(), 4);
     assert_eq!(back.history[1].tool_calls, chat.history[1].tool_calls);
     assert_eq!(fps(&back.history)[1..], fps(&chat.history)[1..]);
     // Opaque items of another format are left out.
-    let op = parse_request(&json!({"input": [{"type": "reasoning", "id": "r", "summary": []}]})).unwrap();
+    let op = parse_request(json!({"input": [{"type": "reasoning", "id": "r", "summary": []}]})).unwrap();
     assert!(op.history[0].to_format(Format::ChatCompletions).is_empty());
 }
 
 #[test]
 fn without_tool_calls_drops_the_note_call() {
-    let p = parse_request(&json!({"messages": [
+    let p = parse_request(json!({"messages": [
         {"role": "assistant", "content": null, "tool_calls": [{"id": "a", "type": "function", "function": {"name": "note", "arguments": "{}"}}]},
         {"role": "assistant", "content": "x", "tool_calls": [
             {"id": "b", "type": "function", "function": {"name": "note", "arguments": "{}"}},
@@ -523,10 +523,9 @@ fn without_tool_calls_drops_the_note_call() {
     assert_eq!(kept.tool_calls.len(), 1);
     assert_eq!(kept.raw["tool_calls"][0]["id"], "c");
     assert_eq!(p.history[1].without_tool_calls("zzz").as_ref(), Some(&p.history[1]));
-    let r = parse_request(
-        &json!({"input": [{"type": "function_call", "call_id": "a", "name": "note", "arguments": "{}"}]}),
-    )
-    .unwrap();
+    let r =
+        parse_request(json!({"input": [{"type": "function_call", "call_id": "a", "name": "note", "arguments": "{}"}]}))
+            .unwrap();
     assert_eq!(r.history[0].without_tool_calls("note"), None);
 }
 
@@ -588,7 +587,7 @@ fn odd_inputs_never_panic() {
         shapes.push(json!({"messages": [{"role": "user", "content": [deep.clone()]}]}));
         shapes.push(json!({"input": [{"type": "reasoning", "summary": deep}]}));
         for s in &shapes {
-            if let Ok(p) = parse_request(s) {
+            if let Ok(p) = parse_request(s.clone()) {
                 let back = render_request(p.format, &p.instructions, &p.history, &p.rest, &[]);
                 assert_eq!(&back, s);
                 for m in p.instructions.iter().chain(&p.history) {
