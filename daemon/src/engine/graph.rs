@@ -44,9 +44,9 @@ pub const RELATED_FACTS: usize = 8;
 
 /// The graph's edges as `export` and `inspect` list them: each fact placed between two
 /// entities, `{fact, subject, object}` (entity numbers).
-pub(super) fn edges(facts: &[Fact]) -> Vec<serde_json::Value> {
+pub(super) fn edges<'a>(facts: impl IntoIterator<Item = &'a Fact>) -> Vec<serde_json::Value> {
     facts
-        .iter()
+        .into_iter()
         .filter_map(|f| {
             Some(serde_json::json!({"fact": f.n, "subject": f.subject_entity?, "object": f.object_entity?}))
         })
@@ -674,7 +674,7 @@ pub(super) fn apply(st: &mut State, plan: Plan, at: f64) -> bool {
 /// `held` was written for gets a counted trace (being said again renews it).
 fn merge(st: &mut State, fact: u64, held: u64, at: f64) {
     let (note_seq, episodes) = {
-        let f = &st.facts[fact as usize];
+        let f = st.fact_mut(fact);
         (f.note_seq, f.episodes.clone())
     };
     st.fact_mut(fact).status = FactStatus::Merged { into: held, at };
@@ -684,7 +684,7 @@ fn merge(st: &mut State, fact: u64, held: u64, at: f64) {
         episodes,
         at,
     });
-    let held_episodes: Vec<u64> = st.facts[held as usize].episodes.clone();
+    let held_episodes: Vec<u64> = st.fact_mut(held).episodes.clone();
     for e in held_episodes {
         if (e as usize) < st.episodes.len() {
             st.push_trace(e, TraceKind::Restated, at, 1.0, true, Some(held));

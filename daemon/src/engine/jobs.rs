@@ -178,13 +178,12 @@ impl Engine {
         {
             return Ok(true);
         }
-        let mut st = self.take_state(memory, 0.0)?;
+        let mut st = self.take_whole_state(memory)?;
         match judged {
             Judged::Traces(traces) => {
                 let episodes = st.episodes.len() as u64;
-                let facts: std::collections::HashSet<u64> = st.facts.iter().map(|f| f.n).collect();
                 for (episode, score, yes, fact) in traces {
-                    if episode < episodes && facts.contains(&fact) {
+                    if episode < episodes && fact < st.memory.next_fact {
                         st.push_trace(episode, TraceKind::Fact, job.at, score, yes, Some(fact));
                     }
                 }

@@ -13,6 +13,7 @@ mod budget;
 mod cut;
 mod decisions;
 mod distill;
+mod facts;
 mod fade;
 pub mod graph;
 mod import;
@@ -316,6 +317,14 @@ impl Engine {
         }
     }
 
+    /// [`Engine::take_state`] with every fact read (a lane job judges and changes old facts;
+    /// a request reads only the ones it shows).
+    fn take_whole_state(&self, memory: &str) -> Result<State, EngineError> {
+        let mut st = self.take_state(memory, 0.0)?;
+        self.store.read(|r| st.load_facts(r))?;
+        Ok(st)
+    }
+
     /// Saves the state in one transaction and keeps it for the next op.
     fn save_and_keep(&self, mut st: State) -> Result<(), EngineError> {
         self.store.write(|w| st.save(w))?;
@@ -325,7 +334,7 @@ impl Engine {
     }
 
     /// Reads from the memory's state under its lock without changing it (a lane job copies
-    /// what it will judge): the cached state, else loaded once and then kept.
+    /// what it will judge): the cached state, else loaded once and then kept; every fact read.
     fn peek<T>(&self, memory: &str, f: impl FnOnce(&State) -> T) -> Result<T, EngineError> {
         self.peek_from(memory, |_| None, f)
     }
@@ -340,7 +349,7 @@ impl Engine {
     ) -> Result<T, EngineError> {
         let lock = self.lock(memory);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-        let mut st = self.take_state(memory, 0.0)?;
+        let mut st = self.take_whole_state(memory)?;
         if let Some(seq) = from(&st) {
             self.store.read(|r| st.load_messages_from(r, seq))?;
         }
@@ -349,6 +358,17 @@ impl Engine {
             self.keep(st);
         }
         Ok(out)
+    }
+
+    /// Loads the memory's state into the cache as a decorate would (not every fact).
+    fn cache_state(&self, memory: &str) -> Result<(), EngineError> {
+        let lock = self.lock(memory);
+        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let st = self.take_state(memory, 0.0)?;
+        if st.existed {
+            self.keep(st);
+        }
+        Ok(())
     }
 
     /// Puts a state equal to what the store holds back in the cache (under the memory's lock).
@@ -942,6 +962,7 @@ impl Engine {
         let st = self.store.read(|r| {
             let mut st = State::load(r, memory, 0.0)?;
             st.load_messages_from(r, 0)?;
+            st.load_facts(r)?;
             Ok(st)
         })?;
         if !st.existed {
@@ -953,11 +974,11 @@ impl Engine {
             "messages": st.messages.iter().map(StoredMessage::export).collect::<Vec<_>>(),
             "episodes": st.episodes,
             "traces": *st.traces,
-            "facts": *st.facts,
+            "facts": st.facts.iter().collect::<Vec<_>>(),
             "entities": *st.entities,
             // Boundary scores of units not cut yet: they decide where the next cut falls.
             "units": st.unit_scores.values().collect::<Vec<_>>(),
-            "edges": graph::edges(&st.facts),
+            "edges": graph::edges(st.facts.iter()),
             "passages": self.store.read(|r| r.scan::<records::Passage>(crate::store::Table::Passages, &crate::store::keys::memory_prefix(memory)))?,
             "recalls": self.store.read(|r| state::all_recalls(r, memory))?,
             // The latest decorates' decisions (a diagnostic log: the latest 32 are kept).

@@ -8,6 +8,7 @@
 //! deadline (else recall goes by words only); searching and fusing are index lookups and
 //! arithmetic. No judge runs here.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Instant;
 
@@ -158,9 +159,12 @@ pub(super) fn split_parts(text: &str) -> Vec<String> {
     parts
 }
 
-/// A candidate for the block: a fact of the memory, or a passage read from the store.
+/// A candidate for the block: a fact of the memory (the state's, or read from the store when
+/// the state does not hold it), or a passage read from the store. (A recall has a few dozen
+/// candidates: a fact's size in place costs nothing worth a box.)
+#[allow(clippy::large_enum_variant)]
 enum Found<'a> {
-    Fact(&'a Fact),
+    Fact(Cow<'a, Fact>),
     Passage(Passage),
 }
 
@@ -392,31 +396,32 @@ impl Engine {
                 e.1.push(name.clone());
             }
         }
+        // The documents found, read in one transaction; one that cannot be read is left out.
         let mut candidates: Vec<Candidate> = Vec::new();
-        for (key, (score, searches)) in fused {
-            let doc = Doc::of(key);
-            let found = match doc {
-                Doc::Fact(n) => match st.fact(n) {
-                    Some(f) if f.is_active() && !f.note.is_empty() && !in_facts_block(st, f) => Found::Fact(f),
-                    _ => continue,
-                },
-                Doc::Passage(n) => match self
-                    .store
-                    .read(|r| r.get::<Passage>(Table::Passages, &keys::seq(memory, n)))
-                {
-                    Ok(Some(p)) if !passage_in_view(st, &p) => Found::Passage(p),
-                    _ => continue,
-                },
-            };
-            let cosine = cosines.get(&key).copied();
-            candidates.push(Candidate {
-                doc,
-                found,
-                score,
-                searches,
-                cosine,
-            });
-        }
+        let _ = self.store.read(|r| {
+            for (key, (score, searches)) in fused {
+                let doc = Doc::of(key);
+                let found = match doc {
+                    Doc::Fact(n) => match st.fact_or_read(r, n) {
+                        Ok(Some(f)) if f.is_active() && !f.note.is_empty() && !in_facts_block(st, &f) => Found::Fact(f),
+                        _ => continue,
+                    },
+                    Doc::Passage(n) => match r.get::<Passage>(Table::Passages, &keys::seq(memory, n)) {
+                        Ok(Some(p)) if !passage_in_view(st, &p) => Found::Passage(p),
+                        _ => continue,
+                    },
+                };
+                let cosine = cosines.get(&key).copied();
+                candidates.push(Candidate {
+                    doc,
+                    found,
+                    score,
+                    searches,
+                    cosine,
+                });
+            }
+            Ok(())
+        });
         candidates.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.doc.cmp(&b.doc)));
 
         // 3. The walk: from the best facts across their entities, one step.
@@ -569,22 +574,22 @@ impl Engine {
     fn walk<'a>(&self, st: &'a State, q: &Query, candidates: &mut Vec<Candidate<'a>>) -> usize {
         let memory = st.memory.id.as_str();
         let present: HashSet<Doc> = candidates.iter().map(|c| c.doc).collect();
-        let sources: Vec<(u64, f64)> = candidates
+        let sources: Vec<(u64, Vec<u64>, f64)> = candidates
             .iter()
-            .filter_map(|c| match c.found {
-                Found::Fact(f) => Some((f.n, c.score)),
+            .filter_map(|c| match &c.found {
+                Found::Fact(f) => Some((f.n, entities(f).collect(), c.score)),
                 Found::Passage(_) => None,
             })
             .take(WALK_FROM)
             .collect();
-        let mut added: HashMap<u64, (f64, u64, Option<f32>)> = HashMap::new();
+        let mut added: HashMap<u64, (f64, u64, Option<f32>, Cow<'a, Fact>)> = HashMap::new();
         // One read transaction for the whole walk; a neighbour reached twice is scored once. A
         // read that fails skips what it would have read (the walk only adds).
         let mut cosines: HashMap<u64, Option<f32>> = HashMap::new();
         let _ = self.store.read(|r| {
-            for &(source, score) in &sources {
-                let Some(f) = st.fact(source) else { continue };
-                for e in entities(f) {
+            for (source, source_entities, score) in &sources {
+                let (source, score) = (*source, *score);
+                for &e in source_entities {
                     // The entity's edges, newest first, read only as far as a hub's degree: the
                     // walk's cost does not grow with the graph.
                     let Some(edge_facts) = edge_facts(r, memory, e, HUB_DEGREE).ok().flatten() else {
@@ -592,9 +597,9 @@ impl Engine {
                     };
                     let neighbours = edge_facts
                         .into_iter()
-                        .filter_map(|n| st.fact(n))
-                        .filter(|g| g.n != f.n && g.is_active() && !g.note.is_empty())
-                        .filter(|g| !present.contains(&Doc::Fact(g.n)) && !in_facts_block(st, g))
+                        .filter(|&n| n != source && !present.contains(&Doc::Fact(n)))
+                        .filter_map(|n| st.fact_or_read(r, n).ok().flatten())
+                        .filter(|g| g.is_active() && !g.note.is_empty() && !in_facts_block(st, g))
                         .take(WALK_NEIGHBOURS);
                     for g in neighbours {
                         let cos = *cosines.entry(g.n).or_insert_with(|| {
@@ -606,9 +611,12 @@ impl Engine {
                             Some(cosine(v, &w.v))
                         });
                         let s = score * WALK_DECAY * f64::from(cos.unwrap_or(0.5).max(0.0));
-                        let e = added.entry(g.n).or_insert((0.0, source, cos));
-                        if s > e.0 {
-                            *e = (s, source, cos);
+                        match added.get_mut(&g.n) {
+                            Some(e) if s <= e.0 => {}
+                            Some(e) => (e.0, e.1, e.2) = (s, source, cos),
+                            None => {
+                                added.insert(g.n, (s, source, cos, g));
+                            }
                         }
                     }
                 }
@@ -616,16 +624,14 @@ impl Engine {
             Ok(())
         });
         let n = added.len();
-        for (g, (score, source, cosine)) in added {
-            if let Some(f) = st.fact(g) {
-                candidates.push(Candidate {
-                    doc: Doc::Fact(g),
-                    found: Found::Fact(f),
-                    score,
-                    searches: vec![format!("walk from fact {source}")],
-                    cosine,
-                });
-            }
+        for (g, (score, source, cosine, f)) in added {
+            candidates.push(Candidate {
+                doc: Doc::Fact(g),
+                found: Found::Fact(f),
+                score,
+                searches: vec![format!("walk from fact {source}")],
+                cosine,
+            });
         }
         candidates.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.doc.cmp(&b.doc)));
         n
@@ -697,7 +703,8 @@ fn item(c: &Candidate) -> RecallItem {
 fn render(st: &State, chosen: &[&Candidate], lists: &[(String, Vec<u64>)], parts: &[String]) -> String {
     let mut sections: Vec<(Option<usize>, Vec<&Fact>)> = Vec::new();
     for c in chosen {
-        if let Found::Fact(f) = c.found {
+        if let Found::Fact(f) = &c.found {
+            let f: &Fact = f;
             let part = part_of(lists, c.doc.key());
             match sections.iter_mut().find(|(p, _)| *p == part) {
                 Some((_, fs)) => fs.push(f),
@@ -901,7 +908,7 @@ mod tests {
         // its restatement. Fact 1 merged into fact 10 (live): neither is shown. Fact 5 (sealed
         // episode 2) merged into 7, then 7 into 11 (live): 11 is shown only by 7's episodes.
         let merge = |st: &mut State, fact: u64, into: u64| {
-            let episodes = st.facts[fact as usize].episodes.clone();
+            let episodes = st.fact(fact).unwrap().episodes.clone();
             st.fact_mut(fact).status = FactStatus::Merged { into, at: 1.0 };
             st.fact_mut(into).restated_by.push(Restatement {
                 fact,
@@ -927,6 +934,27 @@ mod tests {
             .collect();
         assert_eq!(found, every);
         assert_eq!(found, vec![0, 4, 9, 11]);
+
+        // Loaded again, the state reads only the facts of episodes not forgotten and what they
+        // merged into: the same block, without facts 1–3 (forgotten episodes 0 and 1, merged
+        // into nothing shown), which recall reads when it finds them.
+        store.write(|w| st.save(w)).unwrap();
+        let mut again = store.read(|r| State::load(r, "m", 0.0)).unwrap();
+        let mut found_again: Vec<u64> = facts_in_block(&again).iter().map(|f| f.n).collect();
+        found_again.sort();
+        assert_eq!(found_again, found);
+        let resident: Vec<u64> = again.facts.iter().map(|f| f.n).collect();
+        assert_eq!(resident, vec![0, 4, 5, 6, 7, 8, 9, 10, 11]);
+        assert_eq!(again.facts.len(), 12);
+        let read = store
+            .read(|r| Ok(again.fact_or_read(r, 2)?.map(|f| f.note.clone())))
+            .unwrap();
+        assert_eq!(read.as_deref(), Some("fact 0 of episode 1"));
+        assert!(store.read(|r| again.fact_or_read(r, 12)).unwrap().is_none());
+        // A lane job reads them all.
+        store.read(|r| again.load_facts(r)).unwrap();
+        assert_eq!(again.facts.iter().count(), 12);
+        assert!(again.facts.is_whole());
     }
 
     #[test]

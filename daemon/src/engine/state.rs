@@ -5,6 +5,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use super::facts::Facts;
 use super::records::{
     Chain, Entity, Episode, EpisodeState, Fact, Job, JobKind, MemoryRecord, Passage, RecallBlock, StoredMessage, Trace,
     TraceKind, UnitScore, VectorKind, VectorRecord,
@@ -34,7 +35,8 @@ pub struct State {
     /// Facts, traces and entities are shared between copies of a state until one of them
     /// changes (`Arc::make_mut`): a dry run copies the cached state, and at 100k facts cloning
     /// and dropping them was a third of its decorate.
-    pub facts: Arc<Vec<Fact>>,
+    /// Facts: at load only those a request shows without a search (see [`Facts`]).
+    pub facts: Arc<Facts>,
     pub traces: Arc<Vec<Trace>>,
     /// The graph's nodes, by number.
     pub entities: Arc<Vec<Entity>>,
@@ -104,6 +106,7 @@ impl State {
                 Ok(true)
             },
         )?;
+        let facts = Facts::load(r, memory, &episodes, memory_record.next_fact)?;
         let mut recalls = BTreeMap::new();
         r.visit(
             Table::Recall,
@@ -122,7 +125,7 @@ impl State {
             write_prints: false,
             older_changed: Vec::new(),
             episodes,
-            facts: Arc::new(r.scan(Table::Facts, &prefix)?),
+            facts: Arc::new(facts),
             traces: Arc::new(traces),
             entities: Arc::new(r.scan(Table::Entities, &prefix)?),
             unit_scores,
@@ -183,12 +186,14 @@ impl State {
                 w.put(Table::Units, &keys::seq(id, *seq), u)?;
             }
         }
-        let first_new = (self.facts.len() - self.new_facts) as u64;
-        for f in &self.facts[first_new as usize..] {
+        let first_new = self.facts.len() - self.new_facts as u64;
+        for f in self.facts.from(first_new) {
             w.put(Table::Facts, &keys::seq(id, f.n), f)?;
         }
         for n in self.dirty_facts.iter().filter(|n| **n < first_new) {
-            w.put(Table::Facts, &keys::seq(id, *n), &self.facts[*n as usize])?;
+            if let Some(f) = self.facts.get(*n) {
+                w.put(Table::Facts, &keys::seq(id, *n), f)?;
+            }
         }
         for n in &self.dirty_entities {
             w.put(Table::Entities, &keys::seq(id, *n), &self.entities[*n as usize])?;
@@ -506,9 +511,23 @@ impl State {
         self.messages[from..].iter().take_while(move |m| m.seq <= last)
     }
 
+    /// Fact `n` to change. Only a resident fact can change: the lane reads them all first
+    /// ([`State::load_facts`]); panics on one that is not (a bug, not bad input).
     pub fn fact_mut(&mut self, n: u64) -> &mut Fact {
         self.dirty_facts.insert(n);
-        &mut Arc::make_mut(&mut self.facts)[n as usize]
+        Arc::make_mut(&mut self.facts)
+            .get_mut(n)
+            .unwrap_or_else(|| panic!("fact {n} changed without being read"))
+    }
+
+    /// Reads every fact into the state (a lane job or an export works on all of them); once
+    /// whole, a cached state stays whole.
+    pub fn load_facts(&mut self, r: &Reader<'_>) -> Result<(), StoreError> {
+        if !self.facts.is_whole() {
+            let id = self.memory.id.clone();
+            Arc::make_mut(&mut self.facts).fill(r, &id)?;
+        }
+        Ok(())
     }
 
     /// Adds a node to the graph; returns its number.
@@ -543,9 +562,23 @@ impl State {
         self.new_vectors.push((kind, n, v));
     }
 
-    /// Fact number `n` (facts are numbered in order and never removed).
+    /// Fact number `n` (facts are numbered in order and never removed), if it is resident:
+    /// every fact the facts block can show is; others only once read ([`State::load_facts`]),
+    /// or read alone from the store ([`Facts::read`]).
     pub fn fact(&self, n: u64) -> Option<&Fact> {
-        self.facts.get(n as usize).filter(|f| f.n == n)
+        self.facts.get(n)
+    }
+
+    /// Fact `n`: the state's when resident, else as the store holds it (a fact of a forgotten
+    /// episode, most of what recall finds, is read only when found).
+    pub fn fact_or_read(&self, r: &Reader<'_>, n: u64) -> Result<Option<Cow<'_, Fact>>, StoreError> {
+        if let Some(f) = self.fact(n) {
+            return Ok(Some(Cow::Borrowed(f)));
+        }
+        if n >= self.facts.len() || self.facts.is_whole() {
+            return Ok(None);
+        }
+        Ok(Facts::read(r, &self.memory.id, n)?.map(Cow::Owned))
     }
 
     /// The seq after the last episode: history from here on is not cut yet.

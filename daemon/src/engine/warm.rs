@@ -100,11 +100,11 @@ impl Engine {
         Ok(all.into_iter().take(n).map(|(_, id)| id).collect())
     }
 
-    /// The memory's state into the cache and its recall indexes open (searched once, so their
+    /// The memory's state into the cache (as a decorate loads it) and its recall indexes open (searched once, so their
     /// files' pages are read too). Indexes the start found ahead of the store or gone are left
     /// to their rebuild; ones only missing the newest documents are searched as recall would.
     fn warm_memory(&self, memory: &str, probe: Option<&[f32]>) -> Result<(), EngineError> {
-        self.peek(memory, |_| ())?;
+        self.cache_state(memory)?;
         // Indexes never written (or deleted, to be rebuilt) are not opened: that would create
         // them empty.
         let Some(ix) = self

@@ -297,7 +297,7 @@ impl Engine {
         {
             return Ok(true); // forgotten meanwhile
         }
-        let mut st = self.take_state(memory, 0.0)?;
+        let mut st = self.take_whole_state(memory)?;
         let now = job.at;
         let mut handed = Vec::new();
         let agent_held;
