@@ -106,6 +106,7 @@ pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>
         }
     }
     let timer = tokio::spawn(scopes_timer(engine.clone()));
+    let flushing = engine.clone();
     let mut state = server::AppState::new(engine, &settings);
     state.namespaces = namespaces;
     let state = Arc::new(state);
@@ -122,6 +123,7 @@ pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>
     }
     timer.abort();
     lanes.stop();
+    flushing.flush_indexes();
     store.sync()?;
     tracing::info!("stopped");
     Ok(())

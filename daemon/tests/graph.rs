@@ -54,6 +54,8 @@ impl Setup {
         if let Some(l) = self.lanes.take() {
             l.stop();
         }
+        // As a daemon stops: what the indexes hold only in RAM is saved.
+        self.engine.flush_indexes();
         let dir = self.dir.take().unwrap();
         let store = Arc::downgrade(&self.store);
         drop(self);
@@ -371,7 +373,9 @@ fn names_are_resolved_through_the_entity_index_which_is_rebuilt_from_the_store()
     let export = s.engine.export("x").unwrap();
     assert_eq!(entity_of(&export, 21, "subject"), entity_of(&export, 20, "subject"));
 
-    // The entity index deleted while stopped is rebuilt from the store at start.
+    // The entity index deleted while stopped is rebuilt from the store at start (saved first,
+    // as a stop saves it: a small index waits for more changes before its save).
+    s.engine.flush_indexes();
     let dir = recalld::index::memory_dir(&s.dir.as_ref().unwrap().path().join("index"), "x");
     for f in ["entities.usearch", "entities.keys"] {
         std::fs::remove_file(dir.join(f)).unwrap();

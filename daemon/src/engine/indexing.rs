@@ -203,6 +203,17 @@ impl Engine {
         Ok(())
     }
 
+    /// Saves what the indexes hold only in RAM (a vector index waits for enough changes) and
+    /// writes their marks: at shutdown, once the lanes stopped. Failing that, the next start
+    /// adds what they lack from the store.
+    pub fn flush_indexes(&self) {
+        if let Some(ix) = &self.indexes {
+            if let Err(e) = ix.flush() {
+                tracing::error!(error = %e, "search indexes not saved at shutdown; the next start catches them up");
+            }
+        }
+    }
+
     /// After a `Graph` job: adds the vectors it stored for `facts` to the vector index (an
     /// `Index` job that ran before them indexed those facts by words only) and the entities it
     /// made to the entity index, then moves the entity mark, so the next job's names are
@@ -240,13 +251,13 @@ impl Engine {
             for (n, v) in &fact_vectors {
                 vix.add(memory, Doc::Fact(*n).key(), v).map_err(index_error)?;
             }
-            vix.save(memory).map_err(index_error)?;
+            vix.save_if_due(memory).map_err(index_error)?;
         }
         if let Some(eix) = &ix.entities {
             for (n, v) in &entities {
                 eix.add(memory, *n, v).map_err(index_error)?;
             }
-            eix.save(memory).map_err(index_error)?;
+            eix.save_if_due(memory).map_err(index_error)?;
             // Without marks the memory's indexes are rebuilt whole by its next `Index` job.
             if let Some(m) = marks.filter(|m| m.entities < next_entity) {
                 ix.set_marks(
@@ -258,6 +269,9 @@ impl Engine {
                 )
                 .map_err(index_error)?;
             }
+        }
+        if let Some(first) = fact_vectors.iter().map(|(n, _)| *n).min() {
+            ix.hold_back_facts(memory, first).map_err(index_error)?;
         }
         Ok(())
     }

@@ -23,8 +23,9 @@ mod open;
 pub mod vectors;
 pub mod words;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use sha2::{Digest, Sha256};
 
@@ -75,12 +76,16 @@ pub struct Indexes {
     pub vectors: Option<vectors::Vectors>,
     /// The graph's entities by the embedding of their name (None without an embedder).
     pub entities: Option<vectors::Vectors>,
+    /// Marks the indexes reached in RAM while a vector index still holds changes not saved
+    /// (it is saved when enough changed, [`vectors::Vectors::save_if_due`]): `marks.json` is
+    /// written once every index of the memory is on disk.
+    pending: Mutex<HashMap<String, Marks>>,
 }
 
 /// What a memory's indexes hold: every fact numbered below `facts`, every passage below
-/// `passages` and every entity below `entities` (written after the indexes are durable, so a
-/// crash leaves them behind, never ahead: the next indexing adds again what may be missing,
-/// and adding is idempotent).
+/// `passages` and every entity below `entities` (written to disk only once the indexes are
+/// durable, so a crash leaves them behind, never ahead: the next indexing adds again what may
+/// be missing, and adding is idempotent).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Marks {
     pub facts: u64,
@@ -121,11 +126,23 @@ impl Indexes {
             entities: dim
                 .map(|d| vectors::Vectors::open(root, d, "entities", OPEN_VECTOR_INDEXES))
                 .transpose()?,
+            pending: Mutex::default(),
         })
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, Marks>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// What the memory's indexes hold; None when they were never written (or were deleted).
     pub fn marks(&self, memory: &str) -> Option<Marks> {
+        if let Some(m) = self.pending().get(memory) {
+            return Some(*m);
+        }
+        self.marks_on_disk(memory)
+    }
+
+    fn marks_on_disk(&self, memory: &str) -> Option<Marks> {
         let path = memory_dir(&self.root, memory).join(MARKS_FILE);
         let bytes = std::fs::read(path).ok()?;
         let mut marks: Marks = serde_json::from_slice(&bytes).ok()?;
@@ -137,8 +154,36 @@ impl Indexes {
         Some(marks)
     }
 
-    /// Records what the memory's indexes hold, once both are durable.
+    /// Records what the memory's indexes hold (after [`Indexes::commit`]): on disk when every
+    /// index of the memory is, else in RAM until then.
     pub fn set_marks(&self, memory: &str, marks: Marks) -> Result<(), IndexError> {
+        if self.vector_indexes().any(|v| v.unsaved(memory)) {
+            self.pending().insert(memory.to_owned(), marks);
+            return Ok(());
+        }
+        self.pending().remove(memory);
+        self.write_marks(memory, marks)
+    }
+
+    /// Vectors of facts from `first` on went into a vector index not saved yet, facts the marks
+    /// already count (the graph embeds a fact after an `Index` job took its words): until that
+    /// index is saved, the marks on disk count no fact from `first` on, so after a crash those
+    /// are added again.
+    pub fn hold_back_facts(&self, memory: &str, first: u64) -> Result<(), IndexError> {
+        if !self.vectors.as_ref().is_some_and(|v| v.unsaved(memory)) {
+            return Ok(());
+        }
+        let Some(current) = self.marks(memory) else {
+            return Ok(());
+        };
+        self.pending().entry(memory.to_owned()).or_insert(current);
+        match self.marks_on_disk(memory) {
+            Some(disk) if disk.facts > first => self.write_marks(memory, Marks { facts: first, ..disk }),
+            _ => Ok(()),
+        }
+    }
+
+    fn write_marks(&self, memory: &str, marks: Marks) -> Result<(), IndexError> {
         let dir = ensure_memory_dir(&self.root, memory)?;
         let (tmp, path) = (dir.join("marks.json.tmp"), dir.join(MARKS_FILE));
         let bytes = serde_json::to_vec(&marks).unwrap_or_default();
@@ -146,11 +191,12 @@ impl Indexes {
         std::fs::rename(&tmp, &path).map_err(|e| IndexError::io(&path, e))
     }
 
-    /// Makes staged writes durable in every index.
+    /// Makes staged writes durable: the word index's always, a vector index's when enough
+    /// changed (see [`Indexes::set_marks`] for what the marks then say).
     pub fn commit(&self, memory: &str) -> Result<(), IndexError> {
         self.words.commit(memory)?;
         for v in self.vector_indexes() {
-            v.save(memory)?;
+            v.save_if_due(memory)?;
         }
         Ok(())
     }
@@ -161,6 +207,7 @@ impl Indexes {
 
     /// Throws away everything held for the memory (marks first, so a crash midway rebuilds).
     pub fn drop_memory(&self, memory: &str) -> Result<(), IndexError> {
+        self.pending().remove(memory);
         let marks = memory_dir(&self.root, memory).join(MARKS_FILE);
         match std::fs::remove_file(&marks) {
             Ok(()) => {}
@@ -174,11 +221,15 @@ impl Indexes {
         Ok(())
     }
 
-    /// Commits and saves every open index (at shutdown).
+    /// Commits and saves every open index, then writes the marks held in RAM (at shutdown).
     pub fn flush(&self) -> Result<(), IndexError> {
         self.words.commit_all()?;
         for v in self.vector_indexes() {
             v.save_all()?;
+        }
+        let pending: Vec<(String, Marks)> = self.pending().drain().collect();
+        for (memory, marks) in pending {
+            self.write_marks(&memory, marks)?;
         }
         Ok(())
     }
@@ -212,6 +263,52 @@ pub fn diff(held: &[u64], truth: &[u64]) -> Diff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn marks_reach_the_disk_only_once_the_vector_indexes_are_saved() {
+        let dir = tempfile::tempdir().unwrap();
+        let ix = Indexes::open(dir.path(), Some(4)).unwrap();
+        let marks = |facts| Marks {
+            facts,
+            passages: 0,
+            entities: 0,
+        };
+        let unit = |k: u64| {
+            let mut v = vec![0.1f32; 4];
+            v[(k % 4) as usize] = 1.0;
+            v
+        };
+        let vectors = ix.vectors.as_ref().unwrap();
+        for k in 0..100 {
+            ix.words.add("m", k, &format!("fact {k}")).unwrap();
+            vectors.add("m", k, &unit(k)).unwrap();
+        }
+        ix.commit("m").unwrap();
+        ix.set_marks("m", marks(100)).unwrap();
+        assert_eq!(ix.marks_on_disk("m"), Some(marks(100)), "100 changes: saved");
+        // Five more: the word index commits, the vector index waits; the marks move in RAM only.
+        for k in 100..105 {
+            ix.words.add("m", k, &format!("fact {k}")).unwrap();
+            vectors.add("m", k, &unit(k)).unwrap();
+        }
+        ix.commit("m").unwrap();
+        ix.set_marks("m", marks(105)).unwrap();
+        assert_eq!(ix.marks("m"), Some(marks(105)));
+        assert_eq!(ix.marks_on_disk("m"), Some(marks(100)), "a crash now adds 100.. again");
+        // The graph embeds facts 20 and 21 after their words were indexed: until saved, the
+        // disk counts no fact from 20 on.
+        vectors.add("m", 20, &unit(1)).unwrap();
+        vectors.add("m", 21, &unit(2)).unwrap();
+        ix.hold_back_facts("m", 20).unwrap();
+        assert_eq!(ix.marks("m"), Some(marks(105)));
+        assert_eq!(ix.marks_on_disk("m"), Some(marks(20)));
+        // At shutdown everything is saved and the marks written.
+        ix.flush().unwrap();
+        assert_eq!(ix.marks_on_disk("m"), Some(marks(105)));
+        let reopened = Indexes::open(dir.path(), Some(4)).unwrap();
+        assert_eq!(reopened.marks("m"), Some(marks(105)));
+        assert_eq!(reopened.vectors.as_ref().unwrap().ids("m").unwrap().len(), 105);
+    }
 
     #[test]
     fn diff_names_what_to_add_and_remove() {

@@ -4,7 +4,11 @@
 //! Each memory's index is opened as a read-only view of its file (mapped, not read), loaded
 //! into memory at its first change, and written to disk by [`Vectors::save`]
 //! (`<stem>.usearch`, plus `<stem>.keys`: the keys it holds, since usearch cannot list them).
-//! Once saved, only the few most recently written stay loaded; the others become views again.
+//! A save rewrites the whole file, so after a job the lane saves only when enough changed
+//! ([`Vectors::save_if_due`]: an eighth of the index): saving after every job rewrote a memory's
+//! 100k vectors (about 100 MB) for each note. Only the few most recently written indexes stay
+//! loaded; an older one is saved if it must be and becomes a view again, so at most those few
+//! hold changes not on disk (after a crash, what they lacked is added again from the store).
 //! The stem names what is indexed: one memory directory holds several such indexes (recall's
 //! facts and passages, the graph's entities), each with its own files.
 //! Both files are written to a temporary name and renamed; at load a keys file that does not
@@ -37,6 +41,10 @@ const FIRST_CAPACITY: usize = 64;
 /// read-only views of their files, loaded again at their next change): 64 loaded indexes of
 /// 20k vectors took about a gigabyte, and a memory written job after job is not read again.
 const LOADED_INDEXES: usize = 4;
+/// Changes after which a loaded index is saved at the end of a job whatever its size; a larger
+/// one waits for an eighth of its size ([`SAVE_FRACTION`]), so saving costs O(1) per vector.
+const SAVE_MIN_CHANGES: usize = 64;
+const SAVE_FRACTION: usize = 8;
 
 fn err(e: impl std::fmt::Display) -> IndexError {
     IndexError::Vectors(e.to_string())
@@ -60,6 +68,8 @@ struct Handle {
     removed: usize,
     /// Changed since the last save.
     dirty: bool,
+    /// Vectors added or removed since the last save.
+    unsaved: usize,
     /// The file the index is a read-only view of (mapped, not read: opening a memory's index
     /// of 200k vectors to search it took 300 ms when loaded), until the first change loads it.
     viewed: Option<String>,
@@ -106,6 +116,7 @@ impl Handle {
             keys: BTreeSet::new(),
             removed: 0,
             dirty: false,
+            unsaved: 0,
             viewed: None,
             map: None,
         })
@@ -152,6 +163,7 @@ impl Handle {
             keys,
             removed: meta.count_deleted as usize,
             dirty: false,
+            unsaved: 0,
             viewed: Some(path.into_owned()),
             map: Some(map),
         })
@@ -196,6 +208,7 @@ impl Handle {
         self.index.add(key, vector).map_err(err)?;
         self.keys.insert(key);
         self.dirty = true;
+        self.unsaved += 1;
         Ok(())
     }
 
@@ -205,7 +218,10 @@ impl Handle {
             self.index.remove(key).map_err(err)?;
             self.removed += 1;
         }
-        self.dirty |= self.keys.remove(&key);
+        if self.keys.remove(&key) {
+            self.dirty = true;
+            self.unsaved += 1;
+        }
         Ok(())
     }
 
@@ -243,7 +259,13 @@ impl Handle {
         std::fs::rename(&keys_tmp, &files.keys).map_err(|e| IndexError::io(&files.keys, e))?;
         std::fs::rename(&index_tmp, &files.index).map_err(|e| IndexError::io(&files.index, e))?;
         self.dirty = false;
+        self.unsaved = 0;
         Ok(())
+    }
+
+    /// Whether enough changed for a save at the end of a job.
+    fn save_due(&self) -> bool {
+        self.dirty && self.unsaved >= SAVE_MIN_CHANGES.max(self.keys.len() / SAVE_FRACTION)
     }
 
     /// Goes back to a view of its saved file, dropping the copy in RAM (its next change loads
@@ -301,7 +323,8 @@ impl Vectors {
     }
 
     fn handle(&self, memory: &str) -> Result<Arc<Mutex<Handle>>, IndexError> {
-        // A handle with unsaved vectors stays open: the lane saves it after each job.
+        // A handle with unsaved vectors stays open: it is saved when due, or when it leaves
+        // the few kept loaded.
         self.open.get(
             memory,
             || Handle::load(&self.files(&self.dir(memory)), self.dim),
@@ -315,13 +338,17 @@ impl Vectors {
         f(&mut h)
     }
 
-    /// Adds (or replaces) the vector of `key`. Kept in memory until [`Vectors::save`].
+    /// Adds (or replaces) the vector of `key`. Kept in memory until saved.
     pub fn add(&self, memory: &str, key: u64, vector: &[f32]) -> Result<(), IndexError> {
-        self.with(memory, |h| h.add(key, vector))
+        self.with(memory, |h| h.add(key, vector))?;
+        self.keep_loaded(memory);
+        Ok(())
     }
 
     pub fn remove(&self, memory: &str, key: u64) -> Result<(), IndexError> {
-        self.with(memory, |h| h.remove(key))
+        self.with(memory, |h| h.remove(key))?;
+        self.keep_loaded(memory);
+        Ok(())
     }
 
     /// The `k` nearest keys to `query` by cosine, nearest first, with their cosine.
@@ -342,21 +369,32 @@ impl Vectors {
     /// Writes the memory's index to disk if it changed.
     pub fn save(&self, memory: &str) -> Result<(), IndexError> {
         let files = self.files(&ensure_memory_dir(&self.root, memory)?);
-        // Only a loaded index with a file to go back to counts (an empty one never saved has
-        // none).
-        let loaded = self.with(memory, |h| {
-            h.save(&files)?;
-            Ok(h.viewed.is_none() && files.index.exists())
-        })?;
-        if loaded {
-            self.keep_loaded(memory);
+        self.with(memory, |h| h.save(&files))
+    }
+
+    /// Writes the memory's index to disk if enough changed since its last save (see the module
+    /// doc). Returns whether it now holds nothing unsaved.
+    pub fn save_if_due(&self, memory: &str) -> Result<bool, IndexError> {
+        let Some(h) = self.open.peek(memory) else {
+            return Ok(true); // not open: nothing unsaved
+        };
+        let mut h = h.lock().unwrap_or_else(|e| e.into_inner());
+        if h.save_due() {
+            h.save(&self.files(&ensure_memory_dir(&self.root, memory)?))?;
         }
-        Ok(())
+        Ok(!h.dirty)
+    }
+
+    /// Whether the memory's index holds changes not on disk.
+    pub fn unsaved(&self, memory: &str) -> bool {
+        self.open
+            .peek(memory)
+            .is_some_and(|h| h.lock().unwrap_or_else(|e| e.into_inner()).dirty)
     }
 
     /// Notes the memory's index as just written (loaded, to change again without reading its
-    /// file); past [`LOADED_INDEXES`] the least recently written one goes back to a view when
-    /// nobody holds it and nothing in it is unsaved (else it is tried again at the next save).
+    /// file); past [`LOADED_INDEXES`] the least recently written one is saved if it changed and
+    /// goes back to a view, when nobody holds it (else it is tried again at the next write).
     fn keep_loaded(&self, memory: &str) {
         let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
         loaded.retain(|m| m != memory);
@@ -367,13 +405,25 @@ impl Vectors {
             let Some(old) = loaded.pop_front() else { break };
             let Some(h) = self.open.peek(&old) else { continue };
             let viewed = match h.try_lock() {
-                Ok(mut h) if !h.dirty => {
-                    if h.viewed.is_none() {
-                        h.view_saved(&self.files(&self.dir(&old)));
+                Ok(mut h) => {
+                    let saved = match ensure_memory_dir(&self.root, &old) {
+                        Ok(dir) => h.save(&self.files(&dir)),
+                        Err(e) => Err(e),
+                    };
+                    match saved {
+                        // An index never saved empty has no file to view.
+                        Ok(()) if h.viewed.is_none() && self.saved(&old) => {
+                            h.view_saved(&self.files(&self.dir(&old)));
+                            true
+                        }
+                        Ok(()) => true,
+                        Err(e) => {
+                            tracing::warn!(memory = old, error = %e, "vector index not saved; kept loaded");
+                            false
+                        }
                     }
-                    true
                 }
-                _ => false,
+                Err(_) => false,
             };
             if !viewed {
                 loaded.push_back(old);
@@ -564,18 +614,16 @@ mod tests {
                 vec![m]
             );
         }
-        // Ones with unsaved vectors stay, past the bound, until saved.
+        // Ones with unsaved vectors stay open until saved; only the few most recently written
+        // hold unsaved vectors (an older one is saved as it leaves them), none is lost.
         for m in 10..16u64 {
             v.add(&format!("m{m}"), m, &unit(m as usize, 0.0)).unwrap();
         }
+        let unsaved = (10..16u64).filter(|m| v.unsaved(&format!("m{m}"))).count();
+        assert!(unsaved <= LOADED_INDEXES, "{unsaved} unsaved");
         for m in 10..16u64 {
-            assert_eq!(
-                v.ids(&format!("m{m}")).unwrap(),
-                vec![m],
-                "m{m} kept its unsaved vector"
-            );
+            assert_eq!(v.ids(&format!("m{m}")).unwrap(), vec![m], "m{m} kept its vector");
         }
-        assert!(v.open.len() >= 6);
         v.save_all().unwrap();
         v.add("m0", 100, &unit(0, 0.5)).unwrap();
         v.save("m0").unwrap();
@@ -599,6 +647,41 @@ mod tests {
         assert_eq!(v.ids("m").unwrap().len(), 999);
         assert!(v.add("m", 1, &[1.0, 0.0]).is_err(), "a wrong dimension is refused");
         assert!(v.search("m", &[1.0], 3).is_err());
+    }
+
+    #[test]
+    fn a_job_saves_only_once_an_eighth_of_the_index_changed_and_an_older_written_index_is_saved_as_it_leaves() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = Vectors::open(dir.path(), DIM, "vectors", 16).unwrap();
+        let file = |m: &str| v.files(&v.dir(m)).index;
+        let modified = |m: &str| std::fs::metadata(file(m)).unwrap().modified().unwrap();
+        // Small: saved every SAVE_MIN_CHANGES changes.
+        for k in 0..(SAVE_MIN_CHANGES as u64 - 1) {
+            v.add("m", k, &unit(k as usize, 0.1)).unwrap();
+        }
+        assert!(!v.save_if_due("m").unwrap() && v.unsaved("m") && !file("m").exists());
+        v.add("m", 1_000, &unit(1, 0.2)).unwrap();
+        assert!(v.save_if_due("m").unwrap() && !v.unsaved("m") && file("m").exists());
+        // Larger: an eighth of its size.
+        for k in 0..1_000u64 {
+            v.add("m", 2_000 + k, &unit(k as usize, 0.3)).unwrap();
+            v.save_if_due("m").unwrap();
+        }
+        v.save("m").unwrap();
+        let size = v.ids("m").unwrap().len();
+        for k in 0..(size / SAVE_FRACTION - 1) as u64 {
+            v.add("m", 10_000 + k, &unit(k as usize, 0.4)).unwrap();
+        }
+        let before = modified("m");
+        assert!(!v.save_if_due("m").unwrap(), "{size} vectors: not due yet");
+        assert_eq!(modified("m"), before);
+        // Indexes written after it push it out of the loaded few: it is saved as it goes.
+        for i in 0..LOADED_INDEXES {
+            v.add(&format!("other{i}"), 1, &unit(1, 0.5)).unwrap();
+        }
+        assert!(!v.unsaved("m"), "saved on leaving the loaded indexes");
+        let reopened = Vectors::open(dir.path(), DIM, "vectors", 16).unwrap();
+        assert_eq!(reopened.ids("m").unwrap(), v.ids("m").unwrap());
     }
 
     #[test]
