@@ -77,6 +77,15 @@ impl Facts {
         Ok(())
     }
 
+    /// Takes facts read from the store where none of that number is resident (a resident one
+    /// may hold changes not saved); whole once every number is.
+    pub fn add_read(&mut self, facts: Vec<Fact>) {
+        for f in facts.into_iter().filter(|f| f.n < self.len) {
+            self.resident.entry(f.n).or_insert(f);
+        }
+        self.whole = self.resident.len() as u64 == self.len;
+    }
+
     /// How many facts the memory has, resident or not.
     pub fn len(&self) -> u64 {
         self.len

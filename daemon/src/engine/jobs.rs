@@ -167,6 +167,7 @@ impl Engine {
             | Judged::Walk(_)
             | Judged::Nothing => 0,
         };
+        let read = self.read_facts_unlocked(memory)?;
         let lock = self.lock(memory);
         let held = lock.lock().unwrap_or_else(|e| e.into_inner());
         // The memory may have been forgotten while the job judged: then nothing is applied
@@ -178,7 +179,7 @@ impl Engine {
         {
             return Ok(true);
         }
-        let mut st = self.take_whole_state(memory)?;
+        let mut st = self.take_whole_state(memory, read)?;
         match judged {
             Judged::Traces(traces) => {
                 let episodes = st.episodes.len() as u64;

@@ -951,10 +951,18 @@ mod tests {
             .unwrap();
         assert_eq!(read.as_deref(), Some("fact 0 of episode 1"));
         assert!(store.read(|r| again.fact_or_read(r, 12)).unwrap().is_none());
-        // A lane job reads them all.
+        // A lane job reads them all: from the store under the lock, or read before it.
+        let mut read_before = store.read(|r| State::load(r, "m", 0.0)).unwrap();
         store.read(|r| again.load_facts(r)).unwrap();
         assert_eq!(again.facts.iter().count(), 12);
         assert!(again.facts.is_whole());
+        let prefix = keys::memory_prefix("m");
+        let mut all: Vec<Fact> = store.read(|r| r.scan(Table::Facts, &prefix)).unwrap();
+        all.retain(|f| f.n != 2);
+        read_before.add_read_facts(all);
+        assert!(!read_before.facts.is_whole(), "fact 2 was not read: still missing");
+        read_before.add_read_facts(vec![again.fact(2).unwrap().clone()]);
+        assert!(read_before.facts.is_whole());
     }
 
     #[test]

@@ -520,6 +520,13 @@ impl State {
             .unwrap_or_else(|| panic!("fact {n} changed without being read"))
     }
 
+    /// Takes facts read from the store into the state where it holds none of that number.
+    pub fn add_read_facts(&mut self, facts: Vec<Fact>) {
+        if !self.facts.is_whole() {
+            Arc::make_mut(&mut self.facts).add_read(facts);
+        }
+    }
+
     /// Reads every fact into the state (a lane job or an export works on all of them); once
     /// whole, a cached state stays whole.
     pub fn load_facts(&mut self, r: &Reader<'_>) -> Result<(), StoreError> {

@@ -288,6 +288,7 @@ impl Engine {
             }
         }
         // Apply: the memory's lock, then the agent's.
+        let read = self.read_facts_unlocked(memory)?;
         let lock = self.lock(memory);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
         let job_key = keys::seq(memory, job.n);
@@ -297,7 +298,7 @@ impl Engine {
         {
             return Ok(true); // forgotten meanwhile
         }
-        let mut st = self.take_whole_state(memory)?;
+        let mut st = self.take_whole_state(memory, read)?;
         let now = job.at;
         let mut handed = Vec::new();
         let agent_held;
