@@ -471,10 +471,15 @@ fn floor(socket: &Path, kept: &[Value], clients: usize) -> Result<(Latency, Vec<
 /// same message can be asked again); then starts it once more and asks that message for real
 /// once the daemon's warm-up (the model's first pass, the recently used memories loaded) is
 /// done, as a restart followed by a pause sees it.
-fn cold_start(daemon: &mut Daemon, agent: &mut Agent) -> Result<ColdStart, String> {
+/// Restarts the daemon and connects once it listens; returns when it was spawned.
+fn restarted(daemon: &mut Daemon) -> Result<(Instant, Client), String> {
     let spawned = daemon.restart()?;
     daemon.wait_listening()?;
-    let mut client = connect(&daemon.socket)?;
+    Ok((spawned, connect(&daemon.socket)?))
+}
+
+fn cold_start(daemon: &mut Daemon, agent: &mut Agent) -> Result<ColdStart, String> {
+    let (spawned, mut client) = restarted(daemon)?;
     client
         .call("hello", json!({"client": "recalld-bench load"}))
         .map_err(|e| format!("hello after restart: {e}"))?;
@@ -491,9 +496,7 @@ fn cold_start(daemon: &mut Daemon, agent: &mut Agent) -> Result<ColdStart, Strin
     let first_decorate_recall_ms = out["info"]["recall"]["ms"].clone();
     let first_decorate_aligned_on = out["info"]["aligned_on"].as_str().unwrap_or("?").to_owned();
 
-    daemon.restart()?;
-    daemon.wait_listening()?;
-    let mut client = connect(&daemon.socket)?;
+    let (_, mut client) = restarted(daemon)?;
     let waited = Instant::now();
     let warm = loop {
         let stats = client
