@@ -284,7 +284,21 @@ impl Engine {
             // The embedder may be a remote endpoint or busy: wait at most the recall deadline,
             // then search by words only.
             let wait = std::time::Duration::from_millis(self.config.recall_deadline_ms);
-            match queue.embed(memory, texts, wait) {
+            // A memory not searched lately has its vector index opened while its message
+            // embeds (a view's open reads every key: 23 ms at 200k vectors). Never an index
+            // the start found missing or behind, nor one never written.
+            let closed = vector_index.filter(|v| {
+                own && !v.is_open(memory)
+                    && self.indexes_searchable(memory)
+                    && self.indexes.as_ref().is_some_and(|ix| ix.marks(memory).is_some())
+            });
+            let embedded = std::thread::scope(|s| {
+                if let Some(v) = closed {
+                    s.spawn(|| v.open_memory(memory));
+                }
+                queue.embed(memory, texts, wait)
+            });
+            match embedded {
                 Ok(v) if v.len() == want => vectors = v,
                 Ok(_) => tracing::warn!(
                     memory,
