@@ -297,6 +297,12 @@ fn one_scale(model_dir: &str, n: u64) {
     // What opening each index costs (a search opens it), then a decorate on another new copy.
     let dim = embedder_dim(&engine);
     let reopen = || crate::index::Indexes::open(&store.path().join("index"), Some(dim)).unwrap();
+    // As after a restart: indexes saved and opened again, no state cached.
+    let restarted = |engine: &mut Engine| {
+        engine.indexes.take().unwrap().flush().unwrap();
+        engine.indexes = Some(reopen());
+        engine.cache.lock().unwrap().states.clear();
+    };
     let opened = reopen();
     let t = Instant::now();
     opened.vectors.as_ref().unwrap().search("m", &pool[0], 1).unwrap();
@@ -356,9 +362,7 @@ fn one_scale(model_dir: &str, n: u64) {
         parts.join(", "),
     );
     // The same after a start's warm-up (state loaded, indexes opened and searched once).
-    engine.indexes.take().unwrap().flush().unwrap();
-    engine.indexes = Some(reopen());
-    engine.cache.lock().unwrap().states.clear();
+    restarted(&mut engine);
     let t = Instant::now();
     engine.warm(true);
     let warm_ms = t.elapsed().as_secs_f64() * 1e3;
@@ -375,9 +379,7 @@ fn one_scale(model_dir: &str, n: u64) {
     );
     // Neither its state nor its indexes kept (more memories used since than either cache
     // holds), asked something new.
-    engine.indexes.take().unwrap().flush().unwrap();
-    engine.indexes = Some(reopen());
-    engine.cache.lock().unwrap().states.clear();
+    restarted(&mut engine);
     let (ms, recall_ms, search_ms) = ask(&engine, "Which museum did Amara visit with her brother?");
     println!(
         "not in the state cache, indexes closed, at {n}: decorate {ms:.1} ms (recall {recall_ms:.1}, searches {search_ms:.1})"

@@ -940,14 +940,11 @@ mod tests {
         std::fs::create_dir(&data).unwrap();
         // A filler to free later, so the same store can be shown to write again.
         std::fs::write(dir.path().join("filler"), vec![0u8; 512 * 1024]).unwrap();
-        let store = Store::open(
-            &data,
-            &StoreOptions {
-                map_size: 256 * 1024,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let options = StoreOptions {
+            map_size: 256 * 1024,
+            ..Default::default()
+        };
+        let store = Store::open(&data, &options).unwrap();
         let mut written = 0u64;
         let failure = loop {
             let n = written;
@@ -999,14 +996,7 @@ mod tests {
             })
             .expect("the store writes again once there is space");
         drop(store);
-        let store = Store::open(
-            &data,
-            &StoreOptions {
-                map_size: 256 * 1024,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let store = Store::open(&data, &options).unwrap();
         let n = store
             .read(|r| r.count(Table::Messages, &keys::memory_prefix("m")))
             .unwrap();
