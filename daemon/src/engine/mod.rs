@@ -380,6 +380,11 @@ impl Engine {
         Ok(out)
     }
 
+    fn is_cached(&self, memory: &str) -> bool {
+        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache.states.contains_key(memory)
+    }
+
     /// Loads the memory's state into the cache as a decorate would (not every fact).
     fn cache_state(&self, memory: &str) -> Result<(), EngineError> {
         let lock = self.lock(memory);

@@ -292,9 +292,19 @@ impl Engine {
                     && self.indexes_searchable(memory)
                     && self.indexes.as_ref().is_some_and(|ix| ix.marks(memory).is_some())
             });
+            // Likewise a memory not in the state cache has its state loaded into it (as the
+            // warm-up does, under the memory's lock), so decorate finds it there.
+            let uncached = own && !self.is_cached(memory);
             let embedded = std::thread::scope(|s| {
                 if let Some(v) = closed {
                     s.spawn(|| v.open_memory(memory));
+                }
+                if uncached {
+                    s.spawn(|| {
+                        if let Err(e) = self.cache_state(memory) {
+                            tracing::warn!(memory, error = %e, "cannot load the memory's state beside the embedding");
+                        }
+                    });
                 }
                 queue.embed(memory, texts, wait)
             });

@@ -35,6 +35,9 @@
 //! Only decorate runs: no lane (indexing, graph, distill jobs), so no vector index is loaded
 //! for a change during use; the line after the build shows what writing the indexes of every
 //! memory leaves behind.
+//!
+//! One small test runs with the others: a memory not in the state cache is loaded into it
+//! while its new message embeds.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -217,7 +220,7 @@ fn one_scale(model_dir: &str, n: u64) {
         EngineConfig::default(),
     );
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let (pool_texts, pool, model) = embed_pool(&engine, &mut rng);
+    let (pool_texts, pool, model) = embed_pool(&engine, &mut rng, 1_000);
     let mut st = write_memory(&store, &pool_texts, &pool, &model, "m", n, &mut rng);
     let started = Instant::now();
     engine.check_indexes().unwrap();
@@ -387,6 +390,43 @@ fn one_scale(model_dir: &str, n: u64) {
 }
 
 #[test]
+fn a_memory_left_out_of_the_state_cache_is_loaded_while_its_new_message_embeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
+    let engine = Engine::new(
+        store.clone(),
+        Some(load_models(&model_dir(), dir.path())),
+        EngineConfig::default(),
+    );
+    let mut rng = Rng(7);
+    let (pool_texts, pool, model) = embed_pool(&engine, &mut rng, 40);
+    let written = write_memory(&store, &pool_texts, &pool, &model, "m", 40, &mut rng);
+    engine.check_indexes().unwrap();
+    engine.cache.lock().unwrap().states.clear();
+
+    let parsed = crate::formats::parse_request(
+        json!({"messages": [{"role": "user", "content": "What did Amara do in Lisbon?"}]}),
+    )
+    .unwrap();
+    let q = engine.recall_query("m", &parsed, None).unwrap();
+    assert!(!q.vectors.is_empty(), "the message was embedded");
+    // The state decorate will take is already cached, and it is the one the store holds.
+    assert!(engine.is_cached("m"));
+    let cached = engine.cache.lock().unwrap().states["m"].clone();
+    assert_eq!(
+        (cached.memory.next_seq, cached.memory.next_fact, cached.episodes.len()),
+        (
+            written.memory.next_seq,
+            written.memory.next_fact,
+            written.episodes.len()
+        )
+    );
+    // A memory the store does not hold is not cached.
+    assert!(engine.recall_query("nobody", &parsed, None).is_none());
+    assert!(!engine.is_cached("nobody"));
+}
+
+#[test]
 #[ignore]
 fn memories_at_scale() {
     let model_dir = model_dir();
@@ -408,7 +448,7 @@ fn memories_at_scale() {
     let config = EngineConfig::default();
     let engine = Engine::new(store.clone(), Some(load_models(&model_dir, dir.path())), config.clone());
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let (pool_texts, pool, model) = embed_pool(&engine, &mut rng);
+    let (pool_texts, pool, model) = embed_pool(&engine, &mut rng, 1_000);
     let model_loaded = Proc::read();
     println!(
         "{memories} memories of {n} messages; RSS at the start {:.0} MB, with the model loaded (and run on 1,000 texts) {:.0} MB",
@@ -693,10 +733,10 @@ fn load_models(model_dir: &str, data: &std::path::Path) -> Models {
     Models::load(&cfg, data).unwrap()
 }
 
-/// The pool of 1,000 texts and their vectors from the engine's embedder, and its name.
-fn embed_pool(engine: &Engine, rng: &mut Rng) -> (Vec<String>, Vec<Vec<f32>>, String) {
+/// A pool of `count` texts and their vectors from the engine's embedder, and its name.
+fn embed_pool(engine: &Engine, rng: &mut Rng, count: usize) -> (Vec<String>, Vec<Vec<f32>>, String) {
     let embedder = &engine.models.as_ref().unwrap().embedder;
-    let pool_texts: Vec<String> = (0..1_000).map(|_| sentence(rng)).collect();
+    let pool_texts: Vec<String> = (0..count).map(|_| sentence(rng)).collect();
     let mut pool: Vec<Vec<f32>> = Vec::new();
     for chunk in pool_texts.chunks(64) {
         let texts: Vec<&str> = chunk.iter().map(String::as_str).collect();
@@ -732,7 +772,7 @@ fn write_memory(
     let live_from = (n / 10).saturating_sub(20);
     for i in 0..n {
         let at = T0 + i as f64 * 30.0;
-        let p = (i % 1_000) as usize;
+        let p = i as usize % pool_texts.len();
         let role = if i % 2 == 0 { Role::User } else { Role::Assistant };
         let text = format!("{} ({i})", pool_texts[p]);
         let m = StoredMessage::new(
