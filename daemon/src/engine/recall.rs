@@ -50,6 +50,8 @@ const PART_MAX_WORDS: usize = 60;
 const EMBED_MAX_WORDS: usize = 400;
 /// Parts searched by words at most (a search is about a millisecond).
 const WORD_SEARCH_PARTS: usize = 16;
+/// What a fact's date costs beside its words: " (turns 40–54, 2023-07-15)".
+const DATE_TOKENS: u64 = 9;
 /// Candidates the block had no room for, listed in `info.recall.left_out` at most.
 const LEFT_OUT_LISTED: usize = 16;
 /// The model reads a message's first 256 tokens; about this many words.
@@ -482,6 +484,12 @@ impl Engine {
             })
             .collect();
         let cost = |c: &Candidate| costs[&c.doc];
+        // A fact noted with others from the same turns shares their date line (see push_groups):
+        // it costs its words and its bullet only.
+        let cost_beside = |chosen: &[&Candidate], c: &Candidate| match &c.found {
+            Found::Fact(f) if chosen.iter().any(|g| same_turns(g, f)) => costs[&c.doc] - DATE_TOKENS,
+            _ => costs[&c.doc],
+        };
         let mut chosen: Vec<&Candidate> = Vec::new();
         let mut used = header;
         let leads = part_leads(&lists, q.parts.len(), &candidates, self.config.recall_relevant_cosine);
@@ -494,19 +502,21 @@ impl Engine {
                     continue;
                 }
             }
-            if used + cost(c) > budget {
+            let charge = cost_beside(&chosen, c);
+            if used + charge > budget {
                 continue;
             }
             if matches!(c.found, Found::Passage(_)) {
-                chosen.retain(|g| match &g.found {
-                    Found::Fact(f) if shows_turns_of(c, f) => {
-                        used -= cost(g);
-                        false
-                    }
-                    _ => true,
-                });
+                let before = chosen.len();
+                chosen.retain(|g| !matches!(&g.found, Found::Fact(f) if shows_turns_of(c, f)));
+                if chosen.len() < before {
+                    used = header
+                        + (0..chosen.len())
+                            .map(|i| cost_beside(&chosen[..i], chosen[i]))
+                            .sum::<u64>();
+                }
             }
-            used += cost(c);
+            used += charge;
             chosen.push(c);
         }
         // The rendered block (headings, groups, dates) costs more than the items' estimates:
@@ -721,9 +731,15 @@ fn item(c: &Candidate) -> RecallItem {
     }
 }
 
+/// Whether `c` is a fact noted from the same turns as `f`.
+fn same_turns(c: &Candidate, f: &Fact) -> bool {
+    matches!(&c.found, Found::Fact(g) if (g.first_turn, g.last_turn) == (f.first_turn, f.last_turn))
+}
+
 /// The block's text: a section of facts per message part they were found for (headed when a
 /// part found some), each grouped by the entity its facts share most (named for it,
-/// newest first, each dated with its turns); then excerpts in conversation order.
+/// newest first, each dated with its turns: facts noted together share one date line); then
+/// excerpts in conversation order.
 fn render(st: &State, chosen: &[&Candidate], lists: &[(String, Vec<u64>)], parts: &[String]) -> String {
     let mut sections: Vec<(Option<usize>, Vec<&Fact>)> = Vec::new();
     for c in chosen {
@@ -877,13 +893,24 @@ fn push_groups(out: &mut String, st: &State, facts: &[&Fact]) {
             .and_then(|e| st.entities.get(e as usize))
             .map_or("Other facts".to_owned(), |e| format!("About {}", e.name));
         out.push_str(&format!("\n{name}:"));
-        for f in group {
-            out.push_str(&format!(
-                "\n- {} ({}, {})",
-                f.note,
-                turns(f.first_turn, f.last_turn),
-                date(f.at)
-            ));
+        // Facts noted together (the same turns) share one date line.
+        let mut i = 0;
+        while i < group.len() {
+            let f = group[i];
+            let run = group[i..]
+                .iter()
+                .take_while(|g| (g.first_turn, g.last_turn) == (f.first_turn, f.last_turn))
+                .count();
+            let dated = format!("{}, {}", turns(f.first_turn, f.last_turn), date(f.at));
+            if run == 1 {
+                out.push_str(&format!("\n- {} ({dated})", f.note));
+            } else {
+                out.push_str(&format!("\n- {dated}:"));
+                for g in &group[i..i + run] {
+                    out.push_str(&format!("\n  - {}", g.note));
+                }
+            }
+            i += run;
         }
     }
 }
@@ -987,6 +1014,33 @@ mod tests {
         assert!(!read_before.facts.is_whole(), "fact 2 was not read: still missing");
         read_before.add_read_facts(vec![again.fact(2).unwrap().clone()]);
         assert!(read_before.facts.is_whole());
+    }
+
+    #[test]
+    fn facts_noted_from_the_same_turns_share_one_date_line_and_every_fact_is_dated() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(dir.path(), &Default::default()).unwrap();
+        let st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
+        let fact = |note: &str, first_turn, last_turn, at| {
+            let mut f = Fact::new(note, "", "", false, at);
+            (f.first_turn, f.last_turn) = (first_turn, last_turn);
+            f
+        };
+        let (day, later) = (1_700_000_000.0, 1_700_600_000.0);
+        let moved = fact("Ana moved to Lisbon.", 4, 6, day);
+        let job = fact("Ana started a new job.", 9, 9, later);
+        let cat = fact("Ana adopted a cat.", 4, 6, day);
+        let text = render_parts(&st, &[&moved, &job, &cat], &[]);
+        assert_eq!(
+            text,
+            format!(
+                "{}\nOther facts:\n- Ana started a new job. (turn 9, {})\n- turns 4–6, {}:\n  - Ana moved to \
+                 Lisbon.\n  - Ana adopted a cat.",
+                blocks::RECALL_HEADER,
+                date(later),
+                date(day)
+            )
+        );
     }
 
     #[test]
