@@ -72,11 +72,15 @@ impl Convo {
     }
 
     fn decorate(&mut self, extra: Option<&str>, dry_run: bool) -> Value {
+        self.decorate_at(extra, dry_run, CEILING)
+    }
+
+    fn decorate_at(&mut self, extra: Option<&str>, dry_run: bool, ceiling: u64) -> Value {
         self.client
             .call(
                 "decorate",
                 json!({"memory": self.memory, "request": self.request(extra), "now": self.now,
-                    "ceiling": CEILING, "dry_run": dry_run}),
+                    "ceiling": ceiling, "dry_run": dry_run}),
             )
             .unwrap()
     }
@@ -446,5 +450,33 @@ fn an_unrelated_memory_recalls_nothing_and_a_fresh_memory_needs_no_embedding() {
     assert_eq!(
         stats["recall_embeddings_dropped"], 0,
         "nothing was embedded, nothing dropped"
+    );
+}
+
+/// What the first searches found fills a block at a small ceiling; at a large one it would not,
+/// so the message's meaning search runs again deeper, and what it adds comes after everything
+/// they found.
+#[test]
+fn a_block_with_room_to_spare_searches_deeper_and_a_full_one_does_not() {
+    let d = Daemon::start_with_config(DEADLINE);
+    let mut c = converse(&d, "deep");
+    c.now += 3_600.0;
+    let full = c.decorate(Some(&question()), true);
+    let r = &full["info"]["recall"];
+    assert!(r["searches"].get("meaning:deeper").is_none(), "{r}");
+
+    let roomy = c.decorate_at(Some(&question()), true, 200_000);
+    let r = &roomy["info"]["recall"];
+    assert!(r["searches"]["meaning:deeper"].as_u64().unwrap_or(0) > 0, "{r}");
+    let items = r["items"].as_array().unwrap();
+    let deeper_only = |i: &Value| i["searches"] == json!(["meaning:deeper"]);
+    let first_deeper = items
+        .iter()
+        .position(deeper_only)
+        .unwrap_or_else(|| panic!("an item only the deeper search found: {r}"));
+    assert!(items[first_deeper..].iter().all(deeper_only), "{r}");
+    assert!(
+        items.len() > full["info"]["recall"]["items"].as_array().unwrap().len(),
+        "{r}"
     );
 }

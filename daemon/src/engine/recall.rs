@@ -27,6 +27,9 @@ use crate::store::{keys, Table};
 pub(super) const RRF_K: f64 = 60.0;
 /// Hits taken from each search.
 const HITS: usize = 24;
+/// Hits of the deeper meaning search, run when the first searches' candidates would not fill
+/// the block's room.
+const DEEP_HITS: usize = 192;
 /// Each message part's best documents placed first in the block (when the message has parts).
 const PART_LEADS: usize = 2;
 /// The walk starts from this many of the best facts.
@@ -360,7 +363,7 @@ impl Engine {
         }
         let mut errors = Vec::new();
         // Past the search budget a step is skipped, and recall uses what it found by then.
-        let budget = std::time::Duration::from_millis(self.config.recall_search_ms);
+        let search_budget = std::time::Duration::from_millis(self.config.recall_search_ms);
         let mut skipped: Vec<String> = Vec::new();
         // Indexes the start found ahead of the store may hold documents it no longer has (a
         // restored backup): not searched until they are rebuilt.
@@ -369,7 +372,7 @@ impl Engine {
             skipped.push("indexes (being rebuilt from the store after a start)".into());
         }
         for (name, text) in word_queries {
-            if catching_up || started.elapsed() > budget {
+            if catching_up || started.elapsed() > search_budget {
                 skipped.push(name);
                 continue;
             }
@@ -387,7 +390,7 @@ impl Engine {
                 } else {
                     format!("meaning:part {i}")
                 };
-                if catching_up || started.elapsed() > budget {
+                if catching_up || started.elapsed() > search_budget {
                     skipped.push(name);
                     continue;
                 }
@@ -427,15 +430,8 @@ impl Engine {
         let _ = self.store.read(|r| {
             for (key, (score, searches)) in fused {
                 let doc = Doc::of(key);
-                let found = match doc {
-                    Doc::Fact(n) => match st.fact_or_read(r, n) {
-                        Ok(Some(f)) if f.is_active() && !f.note.is_empty() && !in_facts_block(st, &f) => Found::Fact(f),
-                        _ => continue,
-                    },
-                    Doc::Passage(n) => match r.get::<Passage>(Table::Passages, &keys::seq(memory, n)) {
-                        Ok(Some(p)) if !passage_in_view(st, &p) => Found::Passage(p),
-                        _ => continue,
-                    },
+                let Some(found) = read_found(r, st, doc) else {
+                    continue;
                 };
                 let cosine = cosines.get(&key).copied();
                 candidates.push(Candidate {
@@ -452,7 +448,7 @@ impl Engine {
 
         // 3. The walk: from the best facts across their entities, one step.
         let walk_started = Instant::now();
-        let walked = if started.elapsed() > budget {
+        let walked = if started.elapsed() > search_budget {
             skipped.push("walk".into());
             0
         } else {
@@ -466,23 +462,51 @@ impl Engine {
         let relevant = q.vectors.is_empty() || best_cosine.is_some_and(|c| c >= self.config.recall_relevant_cosine);
         let budget = if relevant { room.reserved } else { room.free };
 
+        // 4b. Candidates that would not fill the room (a large ceiling): the message's meaning
+        // search again, deeper; what it adds comes after every candidate found so far, in its
+        // rank, so it changes nothing where the first searches already fill the block.
+        let pool: u64 = candidates.iter().map(|c| estimate(&c.found)).sum();
+        if pool < budget && started.elapsed() > search_budget {
+            skipped.push("meaning:deeper".into());
+        } else if pool < budget {
+            if let (Some(vix), Some(v)) = (ix.vectors.as_ref().filter(|_| !catching_up), q.vectors.first()) {
+                match vix.search(memory, v, DEEP_HITS) {
+                    Ok(hits) => {
+                        let name = "meaning:deeper";
+                        let known: HashSet<Doc> = candidates.iter().map(|c| c.doc).collect();
+                        let new: Vec<(u64, f32)> = hits
+                            .into_iter()
+                            .filter(|(k, _)| !known.contains(&Doc::of(*k)))
+                            .collect();
+                        let _ = self.store.read(|r| {
+                            for (rank, &(key, cos)) in new.iter().enumerate() {
+                                let doc = Doc::of(key);
+                                if let Some(found) = read_found(r, st, doc) {
+                                    candidates.push(Candidate {
+                                        doc,
+                                        found,
+                                        score: weight(name) / (RRF_K + (HITS + rank) as f64 + 1.0),
+                                        searches: vec![name.into()],
+                                        cosine: Some(cos),
+                                    });
+                                }
+                            }
+                            Ok(())
+                        });
+                        lists.push((name.into(), new.into_iter().map(|(k, _)| k).collect()));
+                    }
+                    Err(e) => errors.push(e.to_string()),
+                }
+            }
+        }
+
         // 5. Fill the budget, best first; a block that renders over it drops its last items. A
         // fact whose turns an excerpt in the block shows word for word is left out (it would
         // say again, in fewer words, what the excerpt says), and its room goes to the next.
         let header = tokens::text_tokens(blocks::RECALL_HEADER) as u64 + 12;
         // Each candidate's cost counted once (the loop below asks again as items come and
         // go); a passage's was counted when it was cut.
-        let costs: HashMap<Doc, u64> = candidates
-            .iter()
-            .map(|c| {
-                let n = match &c.found {
-                    Found::Fact(f) => tokens::text_tokens(&f.note) as u64,
-                    Found::Passage(p) if p.text_tokens > 0 => p.text_tokens,
-                    Found::Passage(p) => tokens::text_tokens(&p.text) as u64,
-                };
-                (c.doc, n + 12)
-            })
-            .collect();
+        let costs: HashMap<Doc, u64> = candidates.iter().map(|c| (c.doc, estimate(&c.found))).collect();
         let cost = |c: &Candidate| costs[&c.doc];
         // A fact noted with others from the same turns shares their date line (see push_groups):
         // it costs its words and its bullet only.
@@ -728,6 +752,31 @@ fn item(c: &Candidate) -> RecallItem {
         cosine: c.cosine,
         turns,
         seqs,
+    }
+}
+
+/// What a document costs in a block, about: its words, its bullet or header and its date.
+fn estimate(found: &Found) -> u64 {
+    let n = match found {
+        Found::Fact(f) => tokens::text_tokens(&f.note) as u64,
+        Found::Passage(p) if p.text_tokens > 0 => p.text_tokens,
+        Found::Passage(p) => tokens::text_tokens(&p.text) as u64,
+    };
+    n + 12
+}
+
+/// Document `doc` as recall may show it: an active fact not in the facts block, or a passage
+/// out of view. None when it is neither or cannot be read.
+fn read_found<'a>(r: &crate::store::Reader<'_>, st: &'a State, doc: Doc) -> Option<Found<'a>> {
+    match doc {
+        Doc::Fact(n) => match st.fact_or_read(r, n) {
+            Ok(Some(f)) if f.is_active() && !f.note.is_empty() && !in_facts_block(st, &f) => Some(Found::Fact(f)),
+            _ => None,
+        },
+        Doc::Passage(n) => match r.get::<Passage>(Table::Passages, &keys::seq(&st.memory.id, n)) {
+            Ok(Some(p)) if !passage_in_view(st, &p) => Some(Found::Passage(p)),
+            _ => None,
+        },
     }
 }
 
