@@ -465,7 +465,10 @@ impl Engine {
         // 4b. Candidates that would not fill the room (a large ceiling): the message's meaning
         // search again, deeper; what it adds comes after every candidate found so far, in its
         // rank, so it changes nothing where the first searches already fill the block.
-        let pool: u64 = candidates.iter().map(|c| estimate(&c.found)).sum();
+        // Each candidate's cost counted once (the fill asks again as items come and go); a
+        // passage's was counted when it was cut.
+        let mut costs: HashMap<Doc, u64> = candidates.iter().map(|c| (c.doc, estimate(&c.found))).collect();
+        let pool: u64 = costs.values().sum();
         if pool < budget && started.elapsed() > search_budget {
             skipped.push("meaning:deeper".into());
         } else if pool < budget {
@@ -482,6 +485,7 @@ impl Engine {
                             for (rank, &(key, cos)) in new.iter().enumerate() {
                                 let doc = Doc::of(key);
                                 if let Some(found) = read_found(r, st, doc) {
+                                    costs.insert(doc, estimate(&found));
                                     candidates.push(Candidate {
                                         doc,
                                         found,
@@ -504,9 +508,6 @@ impl Engine {
         // fact whose turns an excerpt in the block shows word for word is left out (it would
         // say again, in fewer words, what the excerpt says), and its room goes to the next.
         let header = tokens::text_tokens(blocks::RECALL_HEADER) as u64 + 12;
-        // Each candidate's cost counted once (the loop below asks again as items come and
-        // go); a passage's was counted when it was cut.
-        let costs: HashMap<Doc, u64> = candidates.iter().map(|c| (c.doc, estimate(&c.found))).collect();
         let cost = |c: &Candidate| costs[&c.doc];
         // A fact noted with others from the same turns shares their date line (see push_groups):
         // it costs its words and its bullet only.
