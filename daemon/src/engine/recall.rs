@@ -104,12 +104,34 @@ impl Doc {
 }
 
 /// A new user message, split and embedded before the memory's lock is taken.
+#[derive(Clone)]
 pub(super) struct Query {
     pub text: String,
     pub parts: Vec<String>,
     /// Embeddings of the text, then of each part (empty without an embedder or when it failed).
     pub vectors: Vec<Vec<f32>>,
     pub embed_ms: f64,
+    /// Word searches made while the message embedded: (search, its query text, hits). Recall
+    /// uses one whose query text is the one it would search; any other it searches itself.
+    pub words: Vec<(String, String, Vec<u64>)>,
+}
+
+/// The word searches for a message: the message, each part, and the recent conversation ending
+/// with it (`recent`: the texts of the messages before it, oldest first) when that differs
+/// from the message. (search name, query text).
+fn word_queries(text: &str, parts: &[String], recent: &[&str]) -> Vec<(String, String)> {
+    let mut queries: Vec<(String, String)> = vec![("words:message".into(), text.to_owned())];
+    for (i, p) in parts.iter().enumerate().take(WORD_SEARCH_PARTS) {
+        queries.push((format!("words:part {}", i + 1), p.clone()));
+    }
+    let skip = recent.len().saturating_sub(RECENT_MESSAGES - 1);
+    let mut conversation: Vec<&str> = recent[skip..].to_vec();
+    conversation.push(text);
+    let conversation = conversation.join("\n");
+    if conversation != text {
+        queries.push(("words:recent".into(), conversation));
+    }
+    queries
 }
 
 /// Splits a message into parts: sentences and lines, short ones joined, long ones windowed.
@@ -270,6 +292,7 @@ impl Engine {
         let parts = split_parts(text);
         let started = Instant::now();
         let mut vectors = Vec::new();
+        let mut searched = Vec::new();
         let vector_index = self.indexes.as_ref().and_then(|i| i.vectors.as_ref());
         if let Some(queue) = self
             .query_embedder
@@ -300,19 +323,30 @@ impl Engine {
             // Likewise a memory not in the state cache has its state loaded into it (as the
             // warm-up does, under the memory's lock), so decorate finds it there.
             let uncached = own && !self.is_cached(memory);
-            let embedded = std::thread::scope(|s| {
+            // And its word searches are made meanwhile (they need no vector), with the recent
+            // conversation as the request and the cached state show it; recall makes again
+            // any whose query text turns out otherwise.
+            let searchable = own && self.indexes_searchable(memory);
+            let (embedded, ahead) = std::thread::scope(|s| {
                 if let Some(v) = closed {
                     s.spawn(|| v.open_memory(memory));
                 }
-                if uncached {
-                    s.spawn(|| {
+                let ahead = s.spawn(|| {
+                    if uncached {
                         if let Err(e) = self.cache_state(memory) {
                             tracing::warn!(memory, error = %e, "cannot load the memory's state beside the embedding");
                         }
-                    });
-                }
-                queue.embed(memory, texts, wait)
+                    }
+                    if searchable {
+                        self.words_ahead(memory, parsed, text, &parts)
+                    } else {
+                        Vec::new()
+                    }
+                });
+                let embedded = queue.embed(memory, texts, wait);
+                (embedded, ahead.join().unwrap_or_default())
             });
+            searched = ahead;
             match embedded {
                 Ok(v) if v.len() == want => vectors = v,
                 Ok(_) => tracing::warn!(
@@ -327,7 +361,51 @@ impl Engine {
             parts,
             vectors,
             embed_ms: started.elapsed().as_secs_f64() * 1e3,
+            words: searched,
         })
+    }
+
+    /// The message's word searches, made before its turn is stored: the recent conversation is
+    /// the request's messages before it, and before those the cached state's history (none
+    /// when the memory is not cached). A search that fails is left to recall.
+    fn words_ahead(
+        &self,
+        memory: &str,
+        parsed: &ParsedRequest,
+        text: &str,
+        parts: &[String],
+    ) -> Vec<(String, String, Vec<u64>)> {
+        let Some(ix) = &self.indexes else {
+            return Vec::new();
+        };
+        let earlier = &parsed.history[..parsed.history.len().saturating_sub(1)];
+        let mut before: Vec<String> = earlier
+            .iter()
+            .rev()
+            .filter(|m| !blocks::is_our_block(&m.text))
+            .take(RECENT_MESSAGES - 1)
+            .map(|m| m.text.clone())
+            .collect();
+        if before.len() < RECENT_MESSAGES - 1 {
+            let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(st) = cache.states.get(memory) {
+                let more = RECENT_MESSAGES - 1 - before.len();
+                before.extend(st.history().rev().take(more).map(|m| m.message.text.clone()));
+            }
+        }
+        before.reverse();
+        let before: Vec<&str> = before.iter().map(String::as_str).collect();
+        // The same budget as recall's own searches: past it, recall decides what to skip.
+        let started = Instant::now();
+        let budget = std::time::Duration::from_millis(self.config.recall_search_ms);
+        word_queries(text, parts, &before)
+            .into_iter()
+            .take_while(|_| started.elapsed() <= budget)
+            .filter_map(|(name, query)| {
+                let hits = ix.words.search(memory, &query, HITS).ok()?;
+                Some((name, query, hits.into_iter().map(|(k, _)| k).collect()))
+            })
+            .collect()
     }
 
     /// Searches, fuses, walks and fills a block for the user message `seq`, within `room`
@@ -344,23 +422,15 @@ impl Engine {
         };
         // 1. Searches. Words: the message, each part, the recent conversation ending with it.
         let mut lists: Vec<(String, Vec<u64>)> = Vec::new();
-        let recent: Vec<&str> = st
+        let mut before: Vec<&str> = st
             .history()
             .rev()
-            .take(RECENT_MESSAGES)
+            .filter(|m| m.seq < seq)
+            .take(RECENT_MESSAGES - 1)
             .map(|m| m.message.text.as_str())
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
             .collect();
-        let recent = recent.join("\n");
-        let mut word_queries: Vec<(String, &str)> = vec![("words:message".into(), q.text.as_str())];
-        for (i, p) in q.parts.iter().enumerate().take(WORD_SEARCH_PARTS) {
-            word_queries.push((format!("words:part {}", i + 1), p.as_str()));
-        }
-        if recent != q.text {
-            word_queries.push(("words:recent".into(), recent.as_str()));
-        }
+        before.reverse();
+        let word_queries = word_queries(&q.text, &q.parts, &before);
         let mut errors = Vec::new();
         // Past the search budget a step is skipped, and recall uses what it found by then.
         let search_budget = std::time::Duration::from_millis(self.config.recall_search_ms);
@@ -371,12 +441,22 @@ impl Engine {
         if catching_up {
             skipped.push("indexes (being rebuilt from the store after a start)".into());
         }
+        let mut ahead: Vec<String> = Vec::new();
         for (name, text) in word_queries {
-            if catching_up || started.elapsed() > search_budget {
+            if catching_up {
                 skipped.push(name);
                 continue;
             }
-            match ix.words.search(memory, text, HITS) {
+            if let Some((_, _, hits)) = q.words.iter().find(|(n, t, _)| *n == name && *t == text) {
+                ahead.push(name.clone());
+                lists.push((name, hits.clone()));
+                continue;
+            }
+            if started.elapsed() > search_budget {
+                skipped.push(name);
+                continue;
+            }
+            match ix.words.search(memory, &text, HITS) {
                 Ok(hits) => lists.push((name, hits.into_iter().map(|(k, _)| k).collect())),
                 Err(e) => errors.push(e.to_string()),
             }
@@ -467,6 +547,7 @@ impl Engine {
         // rank, so it changes nothing where the first searches already fill the block.
         // Each candidate's cost counted once (the fill asks again as items come and go); a
         // passage's was counted when it was cut.
+        let deeper_started = Instant::now();
         let mut costs: HashMap<Doc, u64> = candidates.iter().map(|c| (c.doc, estimate(&c.found))).collect();
         let pool: u64 = costs.values().sum();
         if pool < budget && started.elapsed() > search_budget {
@@ -504,9 +585,11 @@ impl Engine {
             }
         }
 
+        let deeper_ms = deeper_started.elapsed().as_secs_f64() * 1e3;
         // 5. Fill the budget, best first; a block that renders over it drops its last items. A
         // fact whose turns an excerpt in the block shows word for word is left out (it would
         // say again, in fewer words, what the excerpt says), and its room goes to the next.
+        let fill_started = Instant::now();
         let header = tokens::text_tokens(blocks::RECALL_HEADER) as u64 + 12;
         let cost = |c: &Candidate| costs[&c.doc];
         // A fact noted with others from the same turns shares their date line (see push_groups):
@@ -618,10 +701,13 @@ impl Engine {
             "items": block.as_ref().map(|b| &b.items),
             "errors": errors,
             "skipped": skipped,
+            "searched_while_embedding": ahead,
             "ms": {
                 "embed": q.embed_ms,
                 "search": search_ms,
                 "walk": walk_ms,
+                "deeper": deeper_ms,
+                "fill": fill_started.elapsed().as_secs_f64() * 1e3,
                 "total": q.embed_ms + started.elapsed().as_secs_f64() * 1e3,
             },
         });

@@ -36,8 +36,8 @@
 //! for a change during use; the line after the build shows what writing the indexes of every
 //! memory leaves behind.
 //!
-//! One small test runs with the others: a memory not in the state cache is loaded into it
-//! while its new message embeds.
+//! Two small tests run with the others: a memory not in the state cache is loaded into it
+//! while its new message embeds, and the message's word searches are made meanwhile.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -424,6 +424,72 @@ fn a_memory_left_out_of_the_state_cache_is_loaded_while_its_new_message_embeds()
     // A memory the store does not hold is not cached.
     assert!(engine.recall_query("nobody", &parsed, None).is_none());
     assert!(!engine.is_cached("nobody"));
+}
+
+#[test]
+fn a_new_messages_word_searches_are_made_while_it_embeds_and_made_again_when_the_conversation_differs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
+    let engine = Engine::new(
+        store.clone(),
+        Some(load_models(&model_dir(), dir.path())),
+        EngineConfig::default(),
+    );
+    let mut rng = Rng(11);
+    let (pool_texts, pool, model) = embed_pool(&engine, &mut rng, 40);
+    write_memory(&store, &pool_texts, &pool, &model, "m", 40, &mut rng);
+    engine.check_indexes().unwrap();
+    engine.cache.lock().unwrap().states.clear();
+
+    let question_text = "What did Amara do in Lisbon?";
+    let parsed =
+        crate::formats::parse_request(json!({"messages": [{"role": "user", "content": question_text}]})).unwrap();
+    let q = engine.recall_query("m", &parsed, None).unwrap();
+    // Made while the message embedded: the message and the recent conversation (the cached
+    // state's last messages, then the message), each as a search now would find.
+    let names: Vec<&str> = q.words.iter().map(|(n, _, _)| n.as_str()).collect();
+    assert_eq!(names, ["words:message", "words:recent"]);
+    let words = &engine.indexes.as_ref().unwrap().words;
+    for (_, text, hits) in &q.words {
+        let now: Vec<u64> = words
+            .search("m", text, 24)
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(*hits, now);
+        assert!(!hits.is_empty());
+    }
+    let st = engine.cache.lock().unwrap().states["m"].clone();
+    let last: Vec<&str> = st.history().rev().take(3).map(|m| m.message.text.as_str()).collect();
+    assert!(q.words[1].1.starts_with(last[2]) && q.words[1].1.ends_with(&format!("{}\n{question_text}", last[0])));
+
+    // Recall uses them when its own query texts are theirs (the message stored after the
+    // state's last)…
+    let (seq, room) = (
+        st.memory.next_seq,
+        super::recall::Room {
+            free: 2_000,
+            reserved: 2_000,
+        },
+    );
+    let used = engine.recall(&st, &q, seq, room, T0 + 3_600.0 * 24.0);
+    assert_eq!(
+        used.info["searched_while_embedding"],
+        json!(["words:message", "words:recent"])
+    );
+    // …and searches itself where they differ (another conversation before the message): the
+    // same block either way.
+    let mut other = q.clone();
+    for (_, text, hits) in &mut other.words {
+        *text = format!("earlier talk\n{text}");
+        *hits = vec![u64::MAX];
+    }
+    let searched = engine.recall(&st, &other, seq, room, T0 + 3_600.0 * 24.0);
+    assert_eq!(searched.info["searched_while_embedding"], json!([]));
+    assert_eq!(searched.info["searches"], used.info["searches"]);
+    assert_eq!(searched.info["items"], used.info["items"]);
+    assert!(used.block.is_some());
 }
 
 #[test]
