@@ -389,8 +389,9 @@ fn one_scale(model_dir: &str, n: u64) {
     );
 }
 
-#[test]
-fn a_memory_left_out_of_the_state_cache_is_loaded_while_its_new_message_embeds() {
+/// A memory "m" of 40 messages written straight to a new store, its indexes built as at a start,
+/// its state not cached. Returns the engine, the state written and the directory to keep.
+fn small_memory(seed: u64) -> (Engine, State, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
     let engine = Engine::new(
@@ -398,11 +399,17 @@ fn a_memory_left_out_of_the_state_cache_is_loaded_while_its_new_message_embeds()
         Some(load_models(&model_dir(), dir.path())),
         EngineConfig::default(),
     );
-    let mut rng = Rng(7);
+    let mut rng = Rng(seed);
     let (pool_texts, pool, model) = embed_pool(&engine, &mut rng, 40);
     let written = write_memory(&store, &pool_texts, &pool, &model, "m", 40, &mut rng);
     engine.check_indexes().unwrap();
     engine.cache.lock().unwrap().states.clear();
+    (engine, written, dir)
+}
+
+#[test]
+fn a_memory_left_out_of_the_state_cache_is_loaded_while_its_new_message_embeds() {
+    let (engine, written, _dir) = small_memory(7);
 
     let parsed = crate::formats::parse_request(
         json!({"messages": [{"role": "user", "content": "What did Amara do in Lisbon?"}]}),
@@ -428,18 +435,7 @@ fn a_memory_left_out_of_the_state_cache_is_loaded_while_its_new_message_embeds()
 
 #[test]
 fn a_new_messages_word_searches_are_made_while_it_embeds_and_made_again_when_the_conversation_differs() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
-    let engine = Engine::new(
-        store.clone(),
-        Some(load_models(&model_dir(), dir.path())),
-        EngineConfig::default(),
-    );
-    let mut rng = Rng(11);
-    let (pool_texts, pool, model) = embed_pool(&engine, &mut rng, 40);
-    write_memory(&store, &pool_texts, &pool, &model, "m", 40, &mut rng);
-    engine.check_indexes().unwrap();
-    engine.cache.lock().unwrap().states.clear();
+    let (engine, _, _dir) = small_memory(11);
 
     let question_text = "What did Amara do in Lisbon?";
     let parsed =
