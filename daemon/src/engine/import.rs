@@ -170,7 +170,7 @@ impl Engine {
                 w.put(Table::Passages, &keys::seq(id, p.n), p)?;
             }
             for b in &recalls {
-                w.put(Table::Recall, &keys::seq(id, b.seq), b)?;
+                super::state::write_recall(w, id, b)?;
             }
             for j in &jobs {
                 w.put(Table::Jobs, &keys::seq(id, j.n), j)?;

@@ -665,6 +665,7 @@ impl Engine {
                     items: Vec::new(),
                     distilled: false,
                     across: Some(a),
+                    excerpts: Vec::new(),
                 }),
                 (None, None) => None,
             };

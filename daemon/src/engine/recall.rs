@@ -671,6 +671,7 @@ impl Engine {
             items: chosen[..k].iter().map(|c| item(c)).collect(),
             distilled: false,
             across: None,
+            excerpts: Vec::new(),
         });
         // The best candidates the block had no room for: where to look when something found
         // was not shown.
@@ -990,6 +991,15 @@ fn render_sections(st: &State, sections: &[(Option<String>, Vec<&Fact>)], passag
         }
         push_groups(&mut out, st, facts);
     }
+    out.push_str(&excerpts_section(passages));
+    out
+}
+
+/// The end of a block that shows `passages`: its excerpts in conversation order, each headed
+/// with its turns and date (empty without passages). A stored block keeps only the passages'
+/// numbers for it (`state::put_recall`): passages never change, so the text is the same.
+pub(super) fn excerpts_section(passages: &[&Passage]) -> String {
+    let mut out = String::new();
     if !passages.is_empty() {
         let mut ps: Vec<&&Passage> = passages.iter().collect();
         ps.sort_by_key(|p| p.first_seq);

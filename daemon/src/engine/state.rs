@@ -10,7 +10,7 @@ use super::records::{
     Chain, Entity, Episode, EpisodeState, Fact, Job, JobKind, MemoryRecord, Passage, RecallBlock, StoredMessage, Trace,
     TraceKind, UnitScore, VectorKind, VectorRecord,
 };
-use crate::store::{keys, Reader, StoreError, Table, Writer};
+use crate::store::{keys, Read, Reader, StoreError, Table, Writer};
 
 #[derive(Clone)]
 pub struct State {
@@ -117,6 +117,9 @@ impl State {
                 Ok(true)
             },
         )?;
+        for b in recalls.values_mut() {
+            whole_recall(r, memory, b)?;
+        }
         Ok(State {
             memory: memory_record,
             messages,
@@ -173,13 +176,14 @@ impl State {
         for n in &self.dirty_episodes {
             w.put(Table::Episodes, &keys::seq(id, *n), &self.episodes[*n as usize])?;
         }
-        for seq in &self.dirty_recalls {
-            if let Some(b) = self.recalls.get(seq) {
-                w.put(Table::Recall, &keys::seq(id, *seq), b)?;
-            }
-        }
+        // Passages first: a recall block is stored with the passages it shows read back.
         for p in &self.new_passages {
             w.put(Table::Passages, &keys::seq(id, p.n), p)?;
+        }
+        for seq in &self.dirty_recalls {
+            if let Some(b) = self.recalls.get(seq) {
+                write_recall(w, id, b)?;
+            }
         }
         for seq in &self.dirty_units {
             if let Some(u) = self.unit_scores.get(seq) {
@@ -833,12 +837,69 @@ pub fn lane_of(r: &Reader<'_>, record: &MemoryRecord) -> Result<Option<LaneDepth
 /// Every recall block of a memory, oldest first (a loaded state holds those from its horizon
 /// on): for export and what reads a whole conversation's blocks.
 pub fn all_recalls(r: &Reader<'_>, memory: &str) -> Result<Vec<RecallBlock>, StoreError> {
-    r.scan(Table::Recall, &keys::memory_prefix(memory))
+    let mut blocks: Vec<RecallBlock> = r.scan(Table::Recall, &keys::memory_prefix(memory))?;
+    for b in &mut blocks {
+        whole_recall(r, memory, b)?;
+    }
+    Ok(blocks)
 }
 
 /// The stored recall block before user message `seq`, read alone.
 pub fn recall_block(r: &Reader<'_>, memory: &str, seq: u64) -> Result<Option<RecallBlock>, StoreError> {
-    r.get(Table::Recall, &keys::seq(memory, seq))
+    let mut block: Option<RecallBlock> = r.get(Table::Recall, &keys::seq(memory, seq))?;
+    if let Some(b) = &mut block {
+        whole_recall(r, memory, b)?;
+    }
+    Ok(block)
+}
+
+/// Stores a recall block. Its excerpts are most of a block not distilled yet, and each is a
+/// passage's text, which never changes: when the text ends with exactly the excerpts of the
+/// passages it shows, only their numbers are stored with the rest ([`whole_recall`] puts the
+/// text back together); otherwise the text is stored whole.
+pub fn write_recall(w: &mut Writer<'_>, memory: &str, b: &RecallBlock) -> Result<(), StoreError> {
+    let key = keys::seq(memory, b.seq);
+    let shown: Vec<u64> = b.items.iter().filter(|i| i.kind == "passage").map(|i| i.n).collect();
+    // A distilled block keeps facts only.
+    if shown.is_empty() || b.distilled || !b.excerpts.is_empty() {
+        return w.put(Table::Recall, &key, b);
+    }
+    let mut passages: Vec<Passage> = Vec::with_capacity(shown.len());
+    for n in shown {
+        match w.get::<Passage>(Table::Passages, &keys::seq(memory, n))? {
+            Some(p) => passages.push(p),
+            None => return w.put(Table::Recall, &key, b),
+        }
+    }
+    let refs: Vec<&Passage> = passages.iter().collect();
+    let Some(rest) = b.text.strip_suffix(&super::recall::excerpts_section(&refs)) else {
+        return w.put(Table::Recall, &key, b);
+    };
+    passages.sort_by_key(|p| p.first_seq);
+    let stored = RecallBlock {
+        text: rest.to_owned(),
+        excerpts: passages.iter().map(|p| p.n).collect(),
+        ..b.clone()
+    };
+    w.put(Table::Recall, &key, &stored)
+}
+
+/// Puts back the excerpts a stored block left out (see [`write_recall`]).
+fn whole_recall(r: &impl Read, memory: &str, b: &mut RecallBlock) -> Result<(), StoreError> {
+    if b.excerpts.is_empty() {
+        return Ok(());
+    }
+    let mut passages: Vec<Passage> = Vec::with_capacity(b.excerpts.len());
+    for n in std::mem::take(&mut b.excerpts) {
+        match r.get::<Passage>(Table::Passages, &keys::seq(memory, n))? {
+            Some(p) => passages.push(p),
+            // Passages leave only with their memory; a block without one is shown without it.
+            None => tracing::warn!(memory, passage = n, "a recall block's passage is missing"),
+        }
+    }
+    let refs: Vec<&Passage> = passages.iter().collect();
+    b.text.push_str(&super::recall::excerpts_section(&refs));
+    Ok(())
 }
 
 /// Memories that have runnable jobs, and how many such jobs in all.
@@ -865,7 +926,7 @@ pub fn fail_job(w: &mut Writer<'_>, memory: &str, n: u64, error: &str) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::records::Source;
+    use crate::engine::records::{RecallItem, Source};
     use crate::formats::{Format, Message, Role};
     use crate::store::{Store, StoreOptions};
 
@@ -915,6 +976,75 @@ mod tests {
         let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
         sixty_turns(&mut st);
         (dir, store, st)
+    }
+
+    #[test]
+    fn a_recall_block_is_stored_without_its_excerpts_and_read_back_the_same() {
+        let (_dir, store, mut st) = sixty_turns_unsaved();
+        let passage = |n: u64, first_seq: u64, text: &str| Passage {
+            n,
+            episode: first_seq / 4,
+            first_seq,
+            last_seq: first_seq + 1,
+            first_turn: first_seq / 2 + 1,
+            last_turn: first_seq / 2 + 1,
+            at: 86_400.0 * (n + 1) as f64,
+            tokens: 40,
+            text: text.to_owned(),
+            text_tokens: 0,
+        };
+        let (p0, p1) = (
+            passage(0, 0, "user: turn 1\nassistant: turn 1"),
+            passage(1, 4, "user: turn 3\nassistant: turn 3"),
+        );
+        st.push_passages(vec![p0.clone(), p1.clone()]);
+        let item = |p: &Passage| RecallItem {
+            kind: "passage".into(),
+            n: p.n,
+            score: 0.1,
+            searches: vec!["words:message".into()],
+            cosine: None,
+            turns: [p.first_turn, p.last_turn],
+            seqs: [p.first_seq, p.last_seq],
+        };
+        let facts =
+            "Recalled from earlier in this conversation:\nAbout Dana:\n- Dana owns checkout. (turn 2, 1970-01-01)";
+        // Found best-first, shown in conversation order.
+        let shown = format!("{facts}{}", crate::engine::recall::excerpts_section(&[&p1, &p0]));
+        let block = |seq: u64, text: &str| RecallBlock {
+            seq,
+            turn: 60,
+            at: 60.0,
+            text: text.to_owned(),
+            tokens: 90,
+            items: vec![item(&p1), item(&p0)],
+            distilled: false,
+            across: None,
+            excerpts: Vec::new(),
+        };
+        // The last user messages: 116 (turn 59) and 118 (turn 60), both loaded.
+        st.put_recall(block(116, &shown));
+        // A text that does not end with its passages' excerpts is stored whole.
+        let edited = shown.replace("turn 3", "turn three");
+        st.put_recall(block(118, &edited));
+        store.write(|w| st.save(w)).unwrap();
+
+        let raw = |seq: u64| -> RecallBlock {
+            store
+                .read(|r| r.get(Table::Recall, &keys::seq("m", seq)))
+                .unwrap()
+                .unwrap()
+        };
+        assert_eq!((raw(116).text.as_str(), raw(116).excerpts), (facts, vec![0, 1]));
+        assert_eq!((raw(118).text, raw(118).excerpts), (edited.clone(), vec![]));
+        // Every way a block is read gives it back as it was shown.
+        let loaded = store.read(|r| State::load(r, "m", 0.0)).unwrap();
+        assert_eq!(loaded.recalls[&116], block(116, &shown));
+        assert_eq!(loaded.recalls[&118], block(118, &edited));
+        let alone = store.read(|r| recall_block(r, "m", 116)).unwrap().unwrap();
+        assert_eq!(alone, block(116, &shown));
+        let all = store.read(|r| all_recalls(r, "m")).unwrap();
+        assert_eq!(all, vec![block(116, &shown), block(118, &edited)]);
     }
 
     #[test]
@@ -1039,6 +1169,7 @@ mod tests {
                 items: Vec::new(),
                 distilled: true,
                 across: None,
+                excerpts: Vec::new(),
             });
         }
         store.write(|w| st.save(w)).unwrap();
@@ -1160,6 +1291,7 @@ mod tests {
                     items: Vec::new(),
                     distilled: false,
                     across: None,
+                    excerpts: Vec::new(),
                 });
             }
             st.push_message(m);

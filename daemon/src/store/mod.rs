@@ -26,7 +26,10 @@ use serde::Serialize;
 /// arrays of 32-bit floats written before are read as they are, and the store is marked 4.
 /// 5: the per-memory `prints` table (where each history message's fingerprint stands); a
 /// memory stored before it gets its prints the first time its whole history is read.
-pub const SCHEMA_VERSION: u32 = 5;
+/// 6: a recall block may be stored without the excerpts that end it, with the numbers of their
+/// passages (`state::write_recall`); an older recalld would show such a block cut short.
+/// Blocks stored before are read as they are.
+pub const SCHEMA_VERSION: u32 = 6;
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
 /// Named tables. Keys are built by [`keys`]; values are MessagePack maps.

@@ -180,6 +180,7 @@ pub(crate) fn attach_searches(st: &mut State, searched: Vec<Searched>, now: f64)
         items: Vec::new(),
         distilled: false,
         across: None,
+        excerpts: Vec::new(),
     });
     if block.distilled || block.turn != st.memory.turn {
         tracing::warn!(memory = %st.memory.id, "recall results came after their turn's block was distilled; not shown");
