@@ -997,7 +997,7 @@ fn render_sections(st: &State, sections: &[(Option<String>, Vec<&Fact>)], passag
 
 /// The end of a block that shows `passages`: its excerpts in conversation order, each headed
 /// with its turns and date (empty without passages). A stored block keeps only the passages'
-/// numbers for it (`state::put_recall`): passages never change, so the text is the same.
+/// numbers for it (`state::write_recall`): passages never change, so the text is the same.
 pub(super) fn excerpts_section(passages: &[&Passage]) -> String {
     let mut out = String::new();
     if !passages.is_empty() {

@@ -506,8 +506,8 @@ pub struct RecallBlock {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub across: Option<super::scopes::AcrossSection>,
     /// As stored only: the passages whose excerpts end the text, left out of `text` (the bulk
-    /// of a block not distilled yet) and put back when it is read (`state::put_recall`,
-    /// `state::resolve_recall`). Always empty in a loaded state.
+    /// of a block not distilled yet) and put back when it is read (`state::write_recall`,
+    /// `state::whole_recall`). Always empty in a loaded state.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub excerpts: Vec<u64>,
 }
