@@ -28,6 +28,11 @@ impl Engine {
         record.id = memory.to_owned();
         // Every history message's print is written below, whatever the export said.
         record.prints_whole = true;
+        // The export lists every version of the instructions in the record; they are written
+        // to their table below.
+        record.instructions_stored = 0;
+        record.instructions_fingerprint = None;
+        let instructions = record.take_instructions();
         let messages = export["messages"]
             .as_array()
             .ok_or_else(|| EngineError::InvalidArgument("export.messages must be a list".into()))?
@@ -136,6 +141,9 @@ impl Engine {
         record.queued_jobs = Some(jobs.len() as u64);
         let id = memory;
         self.store.write(|w| {
+            for (n, version) in &instructions {
+                w.put(Table::Instructions, &keys::seq(id, *n), version)?;
+            }
             for u in &units {
                 w.put(Table::Units, &keys::seq(id, u.start_seq), u)?;
             }

@@ -75,12 +75,7 @@ pub(super) fn remember_instructions(st: &mut State, instructions: &[Message], no
             .iter()
             .fold(0u64, |h, m| h.rotate_left(7) ^ m.fingerprint()),
     );
-    if st
-        .memory
-        .instructions
-        .last()
-        .is_some_and(|i| i.fingerprint == fingerprint)
-    {
+    if st.memory.latest_instructions() == Some(fingerprint.as_str()) {
         return;
     }
     let raw = instructions.iter().map(|m| m.raw.clone()).collect();

@@ -994,9 +994,16 @@ impl Engine {
         if !st.existed {
             return Err(EngineError::NotFound(format!("no memory {memory:?}")));
         }
+        // The record lists every version of the instructions, wherever it is kept.
+        let mut record = json!(st.memory);
+        record["instructions"] = json!(self.store.read(|r| state::all_instructions(r, &st.memory))?);
+        if let Some(fields) = record.as_object_mut() {
+            fields.remove("instructions_stored");
+            fields.remove("instructions_fingerprint");
+        }
         Ok(json!({
             "memory": memory,
-            "record": st.memory,
+            "record": record,
             "messages": st.messages.iter().map(StoredMessage::export).collect::<Vec<_>>(),
             "episodes": st.episodes,
             "traces": *st.traces,

@@ -62,10 +62,19 @@ pub struct MemoryRecord {
     /// The history budget of the last decorate: background cuts size episodes by it.
     #[serde(default)]
     pub last_budget: Option<u64>,
-    /// The instructions of the latest request (system/developer messages or the Responses
-    /// `instructions` field), as sent; earlier versions are kept when they change.
-    #[serde(default)]
+    /// Versions of the client's instructions (system/developer messages or the Responses
+    /// `instructions` field, as sent, each kept when they change) not yet in table
+    /// `instructions`: the next save moves them there, as it does for a record stored before
+    /// that table. Every op rewrites this record, and an agent whose instructions change at
+    /// every call would otherwise make it grow without end. An export lists every version here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub instructions: Vec<Instructions>,
+    /// Versions in table `instructions`, numbered 0, 1, ….
+    #[serde(default)]
+    pub instructions_stored: u64,
+    /// The fingerprint of the latest version, wherever it is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions_fingerprint: Option<String>,
     /// Facts numbered below this have been handed to the agent's scope (`scopes::handoff`).
     #[serde(default)]
     pub handed_off: u64,
@@ -130,12 +139,34 @@ impl MemoryRecord {
             next_passage: 0,
             last_budget: None,
             instructions: Vec::new(),
+            instructions_stored: 0,
+            instructions_fingerprint: None,
             handed_off: 0,
             extracted_to: 0,
             next_decision: 0,
             walk: None,
             prints_whole: true,
         }
+    }
+
+    /// The fingerprint of the latest version of the client's instructions (None before any).
+    pub fn latest_instructions(&self) -> Option<&str> {
+        self.instructions
+            .last()
+            .map(|i| i.fingerprint.as_str())
+            .or(self.instructions_fingerprint.as_deref())
+    }
+
+    /// Takes the versions of the instructions not yet in table `instructions`, with the numbers
+    /// they are stored under there; the record then counts them as stored.
+    pub fn take_instructions(&mut self) -> Vec<(u64, Instructions)> {
+        let first = self.instructions_stored;
+        let pending = std::mem::take(&mut self.instructions);
+        if let Some(last) = pending.last() {
+            self.instructions_fingerprint = Some(last.fingerprint.clone());
+        }
+        self.instructions_stored += pending.len() as u64;
+        (first..).zip(pending).collect()
     }
 }
 
@@ -162,18 +193,23 @@ pub struct StoredMessage {
     #[serde(default)]
     pub tokens: u32,
     /// Set when a later, edited history replaced this message.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub superseded_at: Option<f64>,
     /// A note call (or its output) as the model sent it: kept for export, never in the view
     /// and never aligned against.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub note: bool,
+    #[serde(with = "stored_body")]
     pub message: Message,
     /// For a message in the history: its position there and a hash of the fingerprints of
     /// the history up to it, so a resent history can be lined up without reading what is
     /// older (see `State::prefix_matches`). Absent on messages stored before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain: Option<Chain>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// A message's place in the history and the hash of the history's fingerprints up to it.
@@ -779,6 +815,79 @@ mod tests {
     }
 
     #[test]
+    fn a_stored_message_keeps_its_text_once_and_reads_back_the_same() {
+        use crate::formats::{parse_request, parse_response};
+        let requests = [
+            json!({"messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": [{"type": "text", "text": "what is in the box?"}]},
+                {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                    "function": {"name": "open_box", "arguments": "{\"id\": 7}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "a red scarf"},
+                {"role": "user", "content": "thanks"}]}),
+            json!({"input": [
+                {"role": "user", "content": "hello"},
+                {"type": "function_call", "call_id": "c2", "name": "look", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c2", "output": "nothing"},
+                {"type": "reasoning", "id": "r1", "summary": []}]}),
+            json!({"input": "just a string"}),
+            json!({"system": "s", "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [{"type": "text", "text": "let me see"},
+                    {"type": "tool_use", "id": "t1", "name": "look", "input": {"q": 1}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]}),
+        ];
+        let mut messages: Vec<Message> = requests
+            .into_iter()
+            .flat_map(|r| parse_request(r).unwrap().history)
+            .collect();
+        let reply = json!({"object": "chat.completion", "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "a scarf", "refusal": null}}]});
+        messages.extend(parse_response(&reply).unwrap().messages);
+        assert!(messages.len() >= 10);
+        let memory = MemoryRecord::new("m", 1.0);
+        for message in messages {
+            let stored = StoredMessage::new(&memory, message.clone(), 2.0, Source::Request);
+            let bytes = rmp_serde::to_vec_named(&stored).unwrap();
+            let back: StoredMessage = rmp_serde::from_slice(&bytes).unwrap();
+            assert_eq!(back.message, message);
+            // Its text is not stored beside the raw message.
+            let value: Value = rmp_serde::from_slice(&bytes).unwrap();
+            assert!(value["message"].get("text").is_none(), "{value}");
+        }
+        // A message the parser would read differently is stored whole, and reads back whole.
+        let mut odd = Message::user(crate::formats::Format::ChatCompletions, "hello");
+        odd.text = "not what the raw message says".into();
+        let stored = StoredMessage::new(&memory, odd.clone(), 2.0, Source::Request);
+        let back: StoredMessage = rmp_serde::from_slice(&rmp_serde::to_vec_named(&stored).unwrap()).unwrap();
+        assert_eq!(back.message, odd);
+        // A message stored whole before this form existed still reads.
+        #[derive(Serialize)]
+        struct Before<'a> {
+            seq: u64,
+            turn: u64,
+            at: f64,
+            source: Source,
+            fingerprint: u64,
+            superseded_at: Option<f64>,
+            note: bool,
+            message: &'a Message,
+        }
+        let before = Before {
+            seq: 4,
+            turn: 1,
+            at: 2.0,
+            source: Source::Reply,
+            fingerprint: 9,
+            superseded_at: None,
+            note: false,
+            message: &odd,
+        };
+        let back: StoredMessage = rmp_serde::from_slice(&rmp_serde::to_vec_named(&before).unwrap()).unwrap();
+        assert_eq!((back.seq, back.message), (4, odd));
+    }
+
+    #[test]
     fn job_kind_names_are_the_wire_tags() {
         let kinds = [
             JobKind::ScoreFacts { facts: vec![] },
@@ -845,5 +954,69 @@ pub mod compact_vector {
             }
         }
         d.deserialize_any(Floats)
+    }
+}
+
+/// A stored message's body: the message as the provider sent it (`raw`) and its format. What
+/// recalld reads from it (role, text, tool calls) is read again when it is loaded, so the text
+/// is not stored twice (it was a third of the store on agent traffic). A message the parser
+/// would not read back the same is stored whole, as every message was before.
+mod stored_body {
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use serde_json::Value;
+
+    use crate::formats::{self, Format, Kind, Message, Role, ToolCall};
+
+    #[derive(Serialize)]
+    struct Raw<'a> {
+        raw: &'a Value,
+        format: Format,
+    }
+
+    /// Either form: `text` is written only in the whole one.
+    #[derive(Deserialize)]
+    struct Stored {
+        #[serde(default)]
+        role: Option<Role>,
+        #[serde(default)]
+        kind: Option<Kind>,
+        #[serde(default)]
+        text: Option<String>,
+        #[serde(default)]
+        tool_calls: Vec<ToolCall>,
+        #[serde(default)]
+        tool_call_id: Option<String>,
+        raw: Value,
+        format: Format,
+    }
+
+    pub fn serialize<S: Serializer>(m: &Message, s: S) -> Result<S::Ok, S::Error> {
+        match formats::parse_stored(&m.raw, m.format, "message") {
+            Ok(again) if again == *m => Raw {
+                raw: &m.raw,
+                format: m.format,
+            }
+            .serialize(s),
+            _ => m.serialize(s),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Message, D::Error> {
+        let stored = Stored::deserialize(d)?;
+        match (stored.text, stored.role, stored.kind) {
+            (Some(text), Some(role), Some(kind)) => Ok(Message {
+                role,
+                kind,
+                text,
+                tool_calls: stored.tool_calls,
+                tool_call_id: stored.tool_call_id,
+                raw: stored.raw,
+                format: stored.format,
+            }),
+            (None, _, _) => formats::parse_stored(&stored.raw, stored.format, "stored message")
+                .map_err(|e| D::Error::custom(e.to_string())),
+            _ => Err(D::Error::custom("a stored message with its text but no role or kind")),
+        }
     }
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use super::facts::Facts;
 use super::records::{
-    Chain, Entity, Episode, EpisodeState, Fact, Job, JobKind, MemoryRecord, Passage, RecallBlock, StoredMessage, Trace,
-    TraceKind, UnitScore, VectorKind, VectorRecord,
+    Chain, Entity, Episode, EpisodeState, Fact, Instructions, Job, JobKind, MemoryRecord, Passage, RecallBlock,
+    StoredMessage, Trace, TraceKind, UnitScore, VectorKind, VectorRecord,
 };
 use crate::store::{keys, Read, Reader, StoreError, Table, Writer};
 
@@ -220,7 +220,15 @@ impl State {
         for n in &self.done_jobs {
             w.delete(Table::Jobs, &keys::seq(id, *n))?;
         }
-        w.put(Table::Memories, &keys::memory(id), &self.memory)
+        if self.memory.instructions.is_empty() {
+            return w.put(Table::Memories, &keys::memory(id), &self.memory);
+        }
+        // New versions of the instructions go to their table, not the record.
+        let mut record = self.memory.clone();
+        for (n, version) in record.take_instructions() {
+            w.put(Table::Instructions, &keys::seq(id, n), &version)?;
+        }
+        w.put(Table::Memories, &keys::memory(id), &record)
     }
 
     /// After a successful save: nothing is pending any more, so the state can be kept and
@@ -242,6 +250,7 @@ impl State {
         self.done_jobs.clear();
         self.write_prints = false;
         self.older_changed.clear();
+        self.memory.take_instructions();
         self.existed = true;
     }
 
@@ -842,6 +851,14 @@ pub fn all_recalls(r: &Reader<'_>, memory: &str) -> Result<Vec<RecallBlock>, Sto
         whole_recall(r, memory, b)?;
     }
     Ok(blocks)
+}
+
+/// Every version of a memory's instructions, oldest first: those in table `instructions`, then
+/// those its record holds until its next save.
+pub fn all_instructions(r: &Reader<'_>, record: &MemoryRecord) -> Result<Vec<Instructions>, StoreError> {
+    let mut all: Vec<Instructions> = r.scan(Table::Instructions, &keys::memory_prefix(&record.id))?;
+    all.extend(record.instructions.iter().cloned());
+    Ok(all)
 }
 
 /// The stored recall block before user message `seq`, read alone.

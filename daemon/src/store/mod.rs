@@ -29,7 +29,12 @@ use serde::Serialize;
 /// 6: a recall block may be stored without the excerpts that end it, with the numbers of their
 /// passages (`state::write_recall`); an older recalld would show such a block cut short.
 /// Blocks stored before are read as they are.
-pub const SCHEMA_VERSION: u32 = 6;
+/// 7: a stored message may be stored as it came (`raw` and its format) without the text read
+/// from it, which is read again when it is loaded (`records::stored_body`); an older recalld
+/// would fail to read it. Messages stored before are read as they are. The versions of a
+/// memory's instructions moved from its record to table `instructions` (a record stored before
+/// keeps them until its next write moves them).
+pub const SCHEMA_VERSION: u32 = 7;
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
 /// Named tables. Keys are built by [`keys`]; values are MessagePack maps.
@@ -84,10 +89,13 @@ pub enum Table {
     /// memory id + fingerprint + seq → nothing: where each message of the active history
     /// stands, so a request can be lined up with history that is not loaded.
     Prints,
+    /// memory id + version number → one version of the client's instructions (kept out of the
+    /// memory record, which every op rewrites).
+    Instructions,
 }
 
 impl Table {
-    pub const ALL: [Table; 23] = [
+    pub const ALL: [Table; 24] = [
         Table::Meta,
         Table::Memories,
         Table::Messages,
@@ -111,6 +119,7 @@ impl Table {
         Table::Routines,
         Table::Decisions,
         Table::Prints,
+        Table::Instructions,
     ];
 
     /// The table's name in LMDB (and in receipts).
@@ -139,6 +148,7 @@ impl Table {
             Table::Routines => "routines",
             Table::Decisions => "decisions",
             Table::Prints => "prints",
+            Table::Instructions => "instructions",
         }
     }
 
@@ -392,8 +402,8 @@ fn check_key(key: &[u8]) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Values at least this large are stored compressed when that saves space: stored messages
-/// hold their text twice (as read and as sent), and recall blocks and tool outputs are prose;
+/// Values at least this large are stored compressed when that saves space: recall blocks,
+/// passages and tool outputs are prose;
 /// LMDB also gives a value over about half a page whole pages of its own.
 const COMPRESS_FROM: usize = 512;
 /// The first byte of a compressed value: 0xc1 is the one byte MessagePack never uses, so a
