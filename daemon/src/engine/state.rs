@@ -108,15 +108,12 @@ impl State {
         )?;
         let facts = Facts::load(r, memory, &episodes, memory_record.next_fact)?;
         let mut recalls = BTreeMap::new();
-        r.visit(
-            Table::Recall,
-            &prefix,
-            &keys::seq(memory, loaded_from),
-            |_, b: RecallBlock| {
+        for table in [Table::Recall, Table::FreshRecall] {
+            r.visit(table, &prefix, &keys::seq(memory, loaded_from), |_, b: RecallBlock| {
                 recalls.insert(b.seq, b);
                 Ok(true)
-            },
-        )?;
+            })?;
+        }
         for b in recalls.values_mut() {
             whole_recall(r, memory, b)?;
         }
@@ -846,7 +843,13 @@ pub fn lane_of(r: &Reader<'_>, record: &MemoryRecord) -> Result<Option<LaneDepth
 /// Every recall block of a memory, oldest first (a loaded state holds those from its horizon
 /// on): for export and what reads a whole conversation's blocks.
 pub fn all_recalls(r: &Reader<'_>, memory: &str) -> Result<Vec<RecallBlock>, StoreError> {
-    let mut blocks: Vec<RecallBlock> = r.scan(Table::Recall, &keys::memory_prefix(memory))?;
+    let mut blocks = BTreeMap::new();
+    for table in [Table::Recall, Table::FreshRecall] {
+        for b in r.scan::<RecallBlock>(table, &keys::memory_prefix(memory))? {
+            blocks.insert(b.seq, b);
+        }
+    }
+    let mut blocks: Vec<RecallBlock> = blocks.into_values().collect();
     for b in &mut blocks {
         whole_recall(r, memory, b)?;
     }
@@ -863,7 +866,11 @@ pub fn all_instructions(r: &Reader<'_>, record: &MemoryRecord) -> Result<Vec<Ins
 
 /// The stored recall block before user message `seq`, read alone.
 pub fn recall_block(r: &Reader<'_>, memory: &str, seq: u64) -> Result<Option<RecallBlock>, StoreError> {
-    let mut block: Option<RecallBlock> = r.get(Table::Recall, &keys::seq(memory, seq))?;
+    let key = keys::seq(memory, seq);
+    let mut block: Option<RecallBlock> = match r.get(Table::FreshRecall, &key)? {
+        Some(b) => Some(b),
+        None => r.get(Table::Recall, &key)?,
+    };
     if let Some(b) = &mut block {
         whole_recall(r, memory, b)?;
     }
@@ -873,24 +880,30 @@ pub fn recall_block(r: &Reader<'_>, memory: &str, seq: u64) -> Result<Option<Rec
 /// Stores a recall block. Its excerpts are most of a block not distilled yet, and each is a
 /// passage's text, which never changes: when the text ends with exactly the excerpts of the
 /// passages it shows, only their numbers are stored with the rest ([`whole_recall`] puts the
-/// text back together); otherwise the text is stored whole.
+/// text back together); otherwise the text is stored whole. A block not distilled yet is in
+/// table `fresh_recall`, a distilled one (facts only, a fraction of the size) in `recall`.
 pub fn write_recall(w: &mut Writer<'_>, memory: &str, b: &RecallBlock) -> Result<(), StoreError> {
     let key = keys::seq(memory, b.seq);
-    let shown: Vec<u64> = b.items.iter().filter(|i| i.kind == "passage").map(|i| i.n).collect();
-    // A distilled block keeps facts only.
-    if shown.is_empty() || b.distilled || !b.excerpts.is_empty() {
+    if b.distilled {
+        w.delete(Table::FreshRecall, &key)?;
         return w.put(Table::Recall, &key, b);
+    }
+    // Where a store written before `fresh_recall` kept it.
+    w.delete(Table::Recall, &key)?;
+    let shown: Vec<u64> = b.items.iter().filter(|i| i.kind == "passage").map(|i| i.n).collect();
+    if shown.is_empty() || !b.excerpts.is_empty() {
+        return w.put(Table::FreshRecall, &key, b);
     }
     let mut passages: Vec<Passage> = Vec::with_capacity(shown.len());
     for n in shown {
         match w.get::<Passage>(Table::Passages, &keys::seq(memory, n))? {
             Some(p) => passages.push(p),
-            None => return w.put(Table::Recall, &key, b),
+            None => return w.put(Table::FreshRecall, &key, b),
         }
     }
     let refs: Vec<&Passage> = passages.iter().collect();
     let Some(rest) = b.text.strip_suffix(&super::recall::excerpts_section(&refs)) else {
-        return w.put(Table::Recall, &key, b);
+        return w.put(Table::FreshRecall, &key, b);
     };
     passages.sort_by_key(|p| p.first_seq);
     let stored = RecallBlock {
@@ -898,7 +911,7 @@ pub fn write_recall(w: &mut Writer<'_>, memory: &str, b: &RecallBlock) -> Result
         excerpts: passages.iter().map(|p| p.n).collect(),
         ..b.clone()
     };
-    w.put(Table::Recall, &key, &stored)
+    w.put(Table::FreshRecall, &key, &stored)
 }
 
 /// Puts back the excerpts a stored block left out (see [`write_recall`]).
@@ -996,6 +1009,57 @@ mod tests {
     }
 
     #[test]
+    fn distilled_blocks_leave_no_pages_of_the_blocks_they_replace_mostly_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        // Blocks as recall stores them (long, a few to a page), then as distill rewrites them.
+        let block = |seq: u64, distilled: bool| RecallBlock {
+            seq,
+            turn: seq,
+            at: seq as f64,
+            text: if distilled {
+                "Recalled: the parcel left on Monday.".into()
+            } else {
+                (0..40)
+                    .map(|i| format!("- fact {i} of block {seq} ({})\n", seq * 31 + i))
+                    .collect()
+            },
+            tokens: 10,
+            items: Vec::new(),
+            distilled,
+            across: None,
+            excerpts: Vec::new(),
+        };
+        for distilled in [false, true] {
+            store
+                .write(|w| (0..400).try_for_each(|seq| write_recall(w, "m", &block(seq, distilled))))
+                .unwrap();
+        }
+        let size = |table| store.read(|r| r.table_size(table)).unwrap();
+        let ((entries, bytes), (fresh, fresh_bytes)) = (size(Table::Recall), size(Table::FreshRecall));
+        assert_eq!((entries, fresh), (400, 0));
+        // 400 small blocks fit in a few pages; rewritten in place they kept the long ones' pages
+        // (53 of them).
+        assert!(
+            bytes + fresh_bytes <= 16 * 4096,
+            "{bytes} + {fresh_bytes} bytes of pages for 400 blocks of about 80 bytes"
+        );
+        let read = store.read(|r| recall_block(r, "m", 7)).unwrap();
+        assert_eq!(read, Some(block(7, true)));
+
+        // A block a store kept in `recall` before it was distilled (before `fresh_recall`) is
+        // read there, and rewritten it moves.
+        store
+            .write(|w| w.put(Table::Recall, &keys::seq("m", 500), &block(500, false)))
+            .unwrap();
+        let all = store.read(|r| all_recalls(r, "m")).unwrap();
+        assert_eq!((all.len(), all.last()), (401, Some(&block(500, false))));
+        store.write(|w| write_recall(w, "m", &block(500, false))).unwrap();
+        assert_eq!((size(Table::Recall).0, size(Table::FreshRecall).0), (400, 1));
+        assert_eq!(store.read(|r| all_recalls(r, "m")).unwrap(), all);
+    }
+
+    #[test]
     fn a_recall_block_is_stored_without_its_excerpts_and_read_back_the_same() {
         let (_dir, store, mut st) = sixty_turns_unsaved();
         let passage = |n: u64, first_seq: u64, text: &str| Passage {
@@ -1048,7 +1112,7 @@ mod tests {
 
         let raw = |seq: u64| -> RecallBlock {
             store
-                .read(|r| r.get(Table::Recall, &keys::seq("m", seq)))
+                .read(|r| r.get(Table::FreshRecall, &keys::seq("m", seq)))
                 .unwrap()
                 .unwrap()
         };

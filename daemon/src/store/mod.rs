@@ -33,7 +33,8 @@ use serde::Serialize;
 /// from it, which is read again when it is loaded (`records::stored_body`); an older recalld
 /// would fail to read it. Messages stored before are read as they are. The versions of a
 /// memory's instructions moved from its record to table `instructions` (a record stored before
-/// keeps them until its next write moves them).
+/// keeps them until its next write moves them). Recall blocks not distilled yet are in table
+/// `fresh_recall` (those stored before in `recall` are read there until they are rewritten).
 pub const SCHEMA_VERSION: u32 = 7;
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
@@ -54,8 +55,13 @@ pub enum Table {
     Facts,
     /// memory id + job number → queued background job.
     Jobs,
-    /// memory id + seq of the user message it precedes → the recall block stored with it.
+    /// memory id + seq of the user message it precedes → the recall block stored with it, once
+    /// distilled.
     Recall,
+    /// memory id + seq of the user message it precedes → a recall block not distilled yet. It
+    /// moves to `recall` when distilled, a fraction of its size: LMDB does not merge the pages
+    /// of values rewritten smaller in place, so one table for both stayed a tenth full.
+    FreshRecall,
     /// memory id + first seq of a closed unit → its boundary scores.
     Units,
     /// memory id + entity number → entity (a node of the memory's graph).
@@ -95,7 +101,7 @@ pub enum Table {
 }
 
 impl Table {
-    pub const ALL: [Table; 24] = [
+    pub const ALL: [Table; 25] = [
         Table::Meta,
         Table::Memories,
         Table::Messages,
@@ -104,6 +110,7 @@ impl Table {
         Table::Facts,
         Table::Jobs,
         Table::Recall,
+        Table::FreshRecall,
         Table::Units,
         Table::Entities,
         Table::Aliases,
@@ -133,6 +140,7 @@ impl Table {
             Table::Facts => "facts",
             Table::Jobs => "jobs",
             Table::Recall => "recall",
+            Table::FreshRecall => "fresh_recall",
             Table::Units => "units",
             Table::Entities => "entities",
             Table::Aliases => "aliases",
