@@ -136,5 +136,13 @@ fn spawn(bin: &Path, dir: &Path, socket: &Path, log: &str) -> Result<Child, Stri
 impl Drop for Daemon {
     fn drop(&mut self) {
         self.stop();
+        // `RECALLD_BENCH_KEEP=DIR`: the stopped daemon's data directory is copied to DIR, to
+        // look at what the store holds after a run (the temporary one is removed).
+        if let Ok(to) = std::env::var("RECALLD_BENCH_KEEP") {
+            let copied = Command::new("cp").arg("-r").arg(self.data_dir()).arg(&to).status();
+            if !copied.is_ok_and(|s| s.success()) {
+                eprintln!("could not copy the data directory to {to}");
+            }
+        }
     }
 }
