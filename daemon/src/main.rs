@@ -396,17 +396,29 @@ fn install_units(user: bool, dir: Option<PathBuf>, bin: Option<PathBuf>) -> Resu
     }
 }
 
+/// Writes a command's output to stdout. A reader that stops early (`recalld call export … |
+/// head`) is not an error: what it did not read is dropped.
+fn write_out(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("recalld: cannot write the output: {e}");
+        }
+    }
+}
+
 /// Sends one op to the daemon; prints the reply as JSON (or its `text` when `text` is set).
 /// An error reply goes to stderr as `{code, message}` with exit status 1.
 fn op(at: &Where, name: &str, args: Value, text: bool) -> Result<(), ExitCode> {
     let s = at.settings()?;
     match recalld::admin::call(&s.socket, name, args) {
         Ok(v) if text => {
-            print!("{}", v["text"].as_str().unwrap_or_default());
+            write_out(v["text"].as_str().unwrap_or_default());
             Ok(())
         }
         Ok(v) => {
-            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            write_out(&format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()));
             Ok(())
         }
         Err(recalld::client::ClientError::Server(e)) => {
@@ -431,7 +443,7 @@ fn inspect(daemon: &Where, memory: &str, at: Option<&str>, decisions: u64, json:
     let s = daemon.settings()?;
     match recalld::admin::inspect(&s.socket, memory, at, decisions, json) {
         Ok(text) => {
-            print!("{text}");
+            write_out(&text);
             Ok(())
         }
         Err(recalld::client::ClientError::Server(e)) => {
@@ -506,7 +518,7 @@ fn export_msgpack(at: &Where, memory: &str) -> Result<(), ExitCode> {
 fn report<E: std::fmt::Display>(r: Result<Value, E>) -> Result<(), ExitCode> {
     match r {
         Ok(v) => {
-            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            write_out(&format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()));
             Ok(())
         }
         Err(e) => {

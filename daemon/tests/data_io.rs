@@ -46,6 +46,23 @@ fn forget_removes_every_record_of_one_memory_and_backup_restore_round_trips() {
     assert!(len(&before, "episodes") > 0, "the low ceiling cuts episodes");
 
     let socket = d.socket.to_str().unwrap().to_string();
+    // A reader that stops early (`recalld call … | head`) is not an error; the echo is more
+    // than a pipe holds, so the writer finds the pipe closed.
+    let payload = json!({"payload": "x".repeat(100_000)}).to_string();
+    let mut head = Command::new(bin())
+        .args(["call", "--socket", &socket, "ping", &payload])
+        .env_remove("RECALLD_CONFIG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 16];
+    std::io::Read::read_exact(head.stdout.as_mut().unwrap(), &mut first).unwrap();
+    drop(head.stdout.take());
+    let out = head.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stderr.is_empty(), "{:?}: {stderr}", out.status);
+
     let (ok, receipt, err) = cli(&["forget", "gone", "--socket", &socket]);
     assert!(ok, "{err}");
     assert_eq!(receipt["memory"], "gone");
