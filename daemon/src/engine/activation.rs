@@ -13,8 +13,15 @@ fn faded(score: f64, at: f64, now: f64) -> f64 {
 /// Activation of every episode (indexed by episode number) in one pass over the traces: the
 /// encoding trace and every counted trace, each faded by the square root of its age.
 pub fn of_episodes(episodes: usize, traces: &[Trace], now: f64) -> Vec<f64> {
+    of_episodes_where(episodes, traces, now, |_| true)
+}
+
+/// As [`of_episodes`] for the episodes `wanted` picks (by number), 0 for the others: a long
+/// memory's traces are mostly of episodes forgotten long ago (about one trace per two stored
+/// messages), and a caller that weighs only those in view need not fade all of them.
+pub fn of_episodes_where(episodes: usize, traces: &[Trace], now: f64, wanted: impl Fn(u64) -> bool) -> Vec<f64> {
     let mut out = vec![0.0; episodes];
-    for t in traces.iter().filter(|t| t.counted) {
+    for t in traces.iter().filter(|t| t.counted && wanted(t.episode)) {
         if let Some(a) = out.get_mut(t.episode as usize) {
             *a += faded(t.score, t.at, now);
         }
@@ -99,6 +106,20 @@ mod tests {
         assert!((significance_of_episodes(1, &t)[0] - 1.7).abs() < 1e-12);
         assert!(of_episodes(1, &t, 1e9)[0] < 0.01);
         assert!((significance_of_episodes(1, &t)[0] - 1.7).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_episodes_wanted_get_the_activation_of_all_and_the_others_none() {
+        let traces: Vec<Trace> = (0..12u64)
+            .map(|i| Trace {
+                episode: i % 4,
+                ..trace(60.0 * i as f64, 0.5 + 0.1 * i as f64, i != 5)
+            })
+            .collect();
+        let all = of_episodes(4, &traces, 3600.0);
+        let some = of_episodes_where(4, &traces, 3600.0, |n| n % 2 == 1);
+        assert_eq!(some, [0.0, all[1], 0.0, all[3]]);
+        assert!(all.iter().all(|a| *a > 0.0));
     }
 
     #[test]

@@ -189,7 +189,13 @@ impl Engine {
         let mut hidden = Vec::new();
         let ceiling = measure.budget.ceiling;
         let mut total = measure.budget.fixed + measure.view;
-        let activations = || activation::of_episodes(st.episodes.len(), &st.traces, st.memory.updated_at);
+        let activations = || {
+            activation::of_episodes_where(st.episodes.len(), &st.traces, st.memory.updated_at, |n| {
+                st.episodes
+                    .get(n as usize)
+                    .is_some_and(|e| matches!(e.state, EpisodeState::Live | EpisodeState::Leaving))
+            })
+        };
         // Takes an episode's messages out of the view; returns their size.
         let hold_back = |view: &mut Vec<&StoredMessage>, e: &Episode| -> u64 {
             let size = view

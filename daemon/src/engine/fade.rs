@@ -1,7 +1,7 @@
 //! Fading and sealing: which episodes are in view, which seal, and which leave or are
 //! forgotten when the view is over budget or the memory sleeps.
 
-use super::records::{EpisodeState, StoredMessage};
+use super::records::{Episode, EpisodeState, StoredMessage};
 use super::state::State;
 use super::{activation, tokens};
 
@@ -30,11 +30,14 @@ pub(super) fn seal_acknowledged(st: &mut State, now: f64) {
 /// Fades to the landing: least active first until the projected view reaches it. A live
 /// episode starts leaving (or seals at once when its facts exist); a sealed one is forgotten.
 pub(super) fn fade(st: &mut State, landing: u64, view: u64, now: f64, ratio: Option<f64>) -> bool {
-    let act = activation::of_episodes(st.episodes.len(), &st.traces, now);
+    let fading = |e: &Episode| matches!(e.state, EpisodeState::Live | EpisodeState::Sealed);
+    let act = activation::of_episodes_where(st.episodes.len(), &st.traces, now, |n| {
+        st.episodes.get(n as usize).is_some_and(fading)
+    });
     let mut order: Vec<(u64, f64)> = st
         .episodes
         .iter()
-        .filter(|e| matches!(e.state, EpisodeState::Live | EpisodeState::Sealed))
+        .filter(|e| fading(e))
         .map(|e| (e.n, act[e.n as usize]))
         .collect();
     order.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));

@@ -707,9 +707,16 @@ impl Engine {
             tokens: assembled.tokens,
         });
         st.memory.updated_at = now;
-        let activations = activation::of_episodes(st.episodes.len(), &st.traces, now);
-        let significances = activation::significance_of_episodes(st.episodes.len(), &st.traces);
         let (listed, omitted) = info_episodes(&st.episodes);
+        let listed: Vec<&records::Episode> = listed.collect();
+        let mut shown = vec![false; st.episodes.len()];
+        for e in &listed {
+            shown[e.n as usize] = true;
+        }
+        let activations = activation::of_episodes_where(st.episodes.len(), &st.traces, now, |n| {
+            shown.get(n as usize).copied().unwrap_or(false)
+        });
+        let significances = activation::significance_of_episodes(st.episodes.len(), &st.traces);
         let info = json!({
             "format": parsed.format,
             "stored": plan.new.len(),
@@ -739,7 +746,7 @@ impl Engine {
             "in_view": assembled.in_view,
             "recall": recall_info,
             "episodes_omitted": omitted,
-            "episodes": listed.map(|e| json!({
+            "episodes": listed.iter().map(|e| json!({
                 "n": e.n, "state": e.state, "turns": [e.first_turn, e.last_turn],
                 "seqs": [e.first_seq, e.last_seq], "tokens": e.tokens,
                 "activation": activations[e.n as usize],
