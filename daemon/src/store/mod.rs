@@ -35,6 +35,8 @@ use serde::Serialize;
 /// memory's instructions moved from its record to table `instructions` (a record stored before
 /// keeps them until its next write moves them). Recall blocks not distilled yet are in table
 /// `fresh_recall` (those stored before in `recall` are read there until they are rewritten).
+/// Embeddings are stored as one byte per dimension and a scale (`records::compact_vector`);
+/// the 16-bit floats written before are read as they are.
 pub const SCHEMA_VERSION: u32 = 7;
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
