@@ -262,9 +262,18 @@ fn a_stale_socket_is_replaced() {
     // daemon lived on (`try_wait` gave None). The cause is not known (see the notes of
     // 2026-12-02). A second connection must answer, and the first failure is printed.
     let health = c.call("health", json!({})).or_else(|e| {
+        // What the daemon holds open then (the listener among them or not; a descriptor closed
+        // twice elsewhere once took a socket's number), and whether the socket file is there.
+        let fds: Vec<String> = std::fs::read_dir(format!("/proc/{}/fd", child.id()))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|f| format!("{}→{:?}", f.file_name().to_string_lossy(), std::fs::read_link(f.path()).ok()))
+            .collect();
         eprintln!(
-            "first health call failed: {e}; the daemon: {:?}; trying a new connection",
-            child.try_wait()
+            "first health call failed: {e}; the daemon: {:?}; socket file there: {}; its descriptors: {fds:?}; trying a new connection",
+            child.try_wait(),
+            socket.exists()
         );
         recalld::client::Client::connect(&socket)
             .unwrap()
