@@ -7,6 +7,7 @@ use super::state::State;
 use super::{activation, blocks, budget, tokens, Engine};
 use crate::formats::{self, Format, Message};
 use serde_json::Value;
+use std::borrow::Cow;
 
 /// Token costs of the note ask and the note tool, counted once (they are reserved on every
 /// decorate).
@@ -246,31 +247,37 @@ impl Engine {
                 hidden_for_recall.push(e.n);
             }
         }
-        let mut messages: Vec<Message> = Vec::new();
+        // Borrowed where a message is already in the request's format (the usual case): the
+        // render copies each one once, into the request.
+        let mut messages: Vec<Cow<'_, Message>> = Vec::new();
         if let Some(text) = &facts {
-            messages.push(Message::new(format, role, text.clone()));
+            messages.push(Cow::Owned(Message::new(format, role, text.clone())));
         }
         if parsed.provider_history.is_some() {
             // The provider holds the history (previous_response_id / conversation): we cannot
             // trim it, so the request's own items go as sent, with our blocks around them.
-            messages.extend(parsed.history.iter().cloned());
+            messages.extend(parsed.history.iter().map(Cow::Borrowed));
         } else {
             for m in &view {
                 // A recall block stays just before the user message it was made for.
                 if let Some(b) = st.recalls.get(&m.seq).filter(|b| block_shown(st, b)) {
                     if !b.text.is_empty() {
-                        messages.push(Message::new(format, role, b.text.clone()));
+                        messages.push(Cow::Owned(Message::new(format, role, b.text.clone())));
                     }
                     if let Some(a) = b.across.as_ref().filter(|a| !a.text.is_empty()) {
-                        messages.push(Message::new(format, role, a.text.clone()));
+                        messages.push(Cow::Owned(Message::new(format, role, a.text.clone())));
                     }
                 }
-                messages.extend(m.message.to_format(format));
+                if m.message.format == format {
+                    messages.push(Cow::Borrowed(&m.message));
+                } else {
+                    messages.extend(m.message.to_format(format).into_iter().map(Cow::Owned));
+                }
             }
         }
         let mut extra_tools = Vec::new();
         if let Some(text) = &ask {
-            messages.push(Message::new(format, role, text.clone()));
+            messages.push(Cow::Owned(Message::new(format, role, text.clone())));
             extra_tools.push(formats::note_tool(format, &self.config.note_tool));
         }
         if self.offers_scope_tools(st) {

@@ -8,6 +8,7 @@
 //! our own blocks are System messages too, and all of them render into `system`.
 
 use serde_json::{json, Map, Value};
+use std::borrow::Borrow;
 
 use super::{
     at_or, join_text, parts_of, path, text_of, wrong, Format, FormatError, Kind, Message, Part, Role, ToolCall,
@@ -218,10 +219,10 @@ pub(crate) fn convert(m: &Message, images: Vec<(String, Option<Value>)>) -> Vec<
 /// `system`, our blocks) goes into `system`, in order, the rest into `messages`. A `system` that
 /// came as a string stays a string when everything in it is text (joined by a blank line);
 /// otherwise it is a list of text blocks, the original blocks kept as they were.
-pub(crate) fn render(instructions: &[Message], messages: &[Message], out: &mut Map<String, Value>) {
+pub(crate) fn render<M: Borrow<Message>>(instructions: &[Message], messages: &[M], out: &mut Map<String, Value>) {
     let mut system: Vec<Value> = Vec::new();
     let mut list = Vec::new();
-    for m in instructions.iter().chain(messages) {
+    for m in instructions.iter().chain(messages.iter().map(Borrow::borrow)) {
         let is_system = matches!(m.role, Role::System | Role::Developer);
         if is_system {
             match (&m.raw, m.format) {

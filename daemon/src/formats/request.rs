@@ -1,6 +1,7 @@
 //! Requests: provider JSON to instructions + history + pass-through fields, and back.
 
 use serde_json::{json, Map, Value};
+use std::borrow::Borrow;
 
 use super::{chat, messages, responses, wrong, Format, FormatError, Kind, Message, Role};
 
@@ -189,17 +190,18 @@ fn without(obj: &Map<String, Value>, keys: &[&str]) -> Map<String, Value> {
 ///
 /// Key order: the message fields first (`messages`; or `instructions`, `input`), then `rest`.
 /// Unchanged input renders equal to itself (serde_json maps compare regardless of key order).
-pub fn render_request(
+/// The messages may be borrowed: assembly renders the stored ones without copying them first.
+pub fn render_request<M: Borrow<Message>>(
     format: Format,
     instructions: &[Message],
-    messages: &[Message],
+    messages: &[M],
     rest: &Map<String, Value>,
     extra_tools: &[Value],
 ) -> Value {
     let mut out = Map::new();
     match format {
         Format::ChatCompletions => {
-            let all: Vec<&Message> = instructions.iter().chain(messages).collect();
+            let all: Vec<&Message> = instructions.iter().chain(messages.iter().map(Borrow::borrow)).collect();
             out.insert("messages".into(), Value::Array(render_chat(&all)));
         }
         Format::AnthropicMessages => messages::render(instructions, messages, &mut out),
@@ -212,7 +214,7 @@ pub fn render_request(
                     _ => input.push(m),
                 }
             }
-            input.extend(messages);
+            input.extend(messages.iter().map(Borrow::borrow));
             if !fields.is_empty() {
                 out.insert("instructions".into(), Value::String(fields.join("\n\n")));
             }
