@@ -98,10 +98,20 @@ async fn in_namespace(state: &Arc<AppState>, peer: &Peer, mut request: Request) 
 }
 
 /// Strips the caller's namespace from every id the reply names (`memory`, `agent`, a record's
-/// `id`), at any depth.
+/// `id`), at any depth, except in the provider payloads (decorate's `request`, report's
+/// `response`): the engine names nothing there, a tool call's `id` must reach the caller as the
+/// model wrote it, and walking a request of many messages was 1% of the daemon's CPU under load.
 fn unqualify(value: &mut Value, peer: &Peer) {
     let Some(ns) = peer.namespace() else { return };
     let prefix = format!("{ns}/");
+    if let Value::Object(top) = value {
+        for (k, child) in top.iter_mut() {
+            if !matches!(k.as_str(), "request" | "response") {
+                walk(child, &prefix, Some(k.as_str()));
+            }
+        }
+        return;
+    }
     fn walk(v: &mut Value, prefix: &str, key: Option<&str>) {
         match v {
             Value::Object(map) => {
@@ -123,6 +133,40 @@ fn unqualify(value: &mut Value, peer: &Peer) {
         }
     }
     walk(value, &prefix, None);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::peer::{Namespaces, PeersConfig};
+
+    #[test]
+    fn replies_name_the_callers_ids_but_provider_payloads_pass_unchanged() {
+        let ns = Namespaces::resolve(&PeersConfig {
+            isolate: true,
+            share: vec![],
+        })
+        .unwrap();
+        let peer = ns.peer(4002, 4002, None);
+        let call = json!({"id": "u4002/call", "type": "function"});
+        let mut reply = json!({
+            "request": {"messages": [{"role": "assistant", "tool_calls": [call.clone()]}]},
+            "response": {"id": "u4002/resp"},
+            "info": {"recall": {"across": [{"memory": "u4002/other", "id": "u4002/m"}]}},
+            "memory": "u4002/m",
+        });
+        unqualify(&mut reply, &peer);
+        assert_eq!(reply["request"]["messages"][0]["tool_calls"][0], call);
+        assert_eq!(reply["response"]["id"], "u4002/resp");
+        assert_eq!(
+            reply["info"]["recall"]["across"][0],
+            json!({"memory": "other", "id": "m"})
+        );
+        assert_eq!(reply["memory"], "m");
+        let mut list = json!([{"memory": "u4002/a"}]);
+        unqualify(&mut list, &peer);
+        assert_eq!(list, json!([{"memory": "a"}]));
+    }
 }
 
 async fn run(state: &Arc<AppState>, peer: &Peer, request: Request) -> Result<Value, ErrorBody> {
