@@ -9,7 +9,7 @@
 use super::passages::passages_of;
 use super::recall::Doc;
 use super::records::{EpisodeState, Fact, MemoryRecord, Passage, StoredMessage, VectorKind, VectorRecord};
-use super::state::State;
+use super::state::{self, State};
 use super::{cut, graph, units, Engine, EngineError};
 use crate::index::{IndexError, Marks};
 use crate::models::CallCtx;
@@ -171,8 +171,9 @@ impl Engine {
                 Table::Passages,
                 &prefix,
                 &keys::seq(memory, from.passages),
-                |_, p: Passage| {
+                |_, mut p: Passage| {
                     if p.n < truth.passages {
+                        state::passage_text(r, memory, &mut p)?;
                         docs.push((Doc::Passage(p.n), p.text, vector(r, VectorKind::Passage, p.n)?));
                     }
                     Ok(true)

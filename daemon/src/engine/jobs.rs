@@ -465,6 +465,8 @@ impl Engine {
                     if current(r, VectorKind::Passage, p.n)? {
                         return Ok(true);
                     }
+                    let mut p = p;
+                    state::passage_text(r, memory, &mut p)?;
                     let ms = state::history_in(r, memory, p.first_seq, p.last_seq)?;
                     let text = indexing::embedding_text(&p, &ms.iter().collect::<Vec<_>>());
                     take(VectorKind::Passage, p.n, text)

@@ -1046,7 +1046,14 @@ impl Engine {
             // Boundary scores of units not cut yet: they decide where the next cut falls.
             "units": st.unit_scores.values().collect::<Vec<_>>(),
             "edges": graph::edges(st.facts.iter()),
-            "passages": self.store.read(|r| r.scan::<records::Passage>(crate::store::Table::Passages, &crate::store::keys::memory_prefix(memory)))?,
+            // With their text, read back from their messages: an export stands alone.
+            "passages": self.store.read(|r| {
+                let mut passages = r.scan::<records::Passage>(crate::store::Table::Passages, &crate::store::keys::memory_prefix(memory))?;
+                for p in &mut passages {
+                    state::passage_text(r, memory, p)?;
+                }
+                Ok(passages)
+            })?,
             "recalls": self.store.read(|r| state::all_recalls(r, memory))?,
             // The latest decorates' decisions (a diagnostic log: the latest 32 are kept).
             "decisions": self.store.read(|r| decisions::latest(r, memory, records::DECISIONS_KEPT as usize))?.0,

@@ -19,7 +19,8 @@ pub fn passages_of(episode: u64, messages: &[&StoredMessage], next: u64, max_tok
     let mut size = 0u64;
     let flush = |current: &mut Vec<&StoredMessage>, out: &mut Vec<Passage>| {
         if let (Some(first), Some(last)) = (current.first(), current.last()) {
-            let text = current.iter().map(|m| excerpt_line(m)).collect::<Vec<_>>().join("\n");
+            let text = excerpt(current.iter().copied());
+            let shown: std::collections::HashSet<u64> = current.iter().map(|m| m.seq).collect();
             out.push(Passage {
                 n: next + out.len() as u64,
                 episode,
@@ -31,6 +32,7 @@ pub fn passages_of(episode: u64, messages: &[&StoredMessage], next: u64, max_tok
                 tokens: current.iter().map(|m| m.tokens as u64).sum(),
                 text_tokens: super::tokens::text_tokens(&text) as u64,
                 text,
+                skipped: (first.seq..=last.seq).filter(|s| !shown.contains(s)).collect(),
             });
         }
         current.clear();
@@ -47,6 +49,11 @@ pub fn passages_of(episode: u64, messages: &[&StoredMessage], next: u64, max_tok
     }
     flush(&mut current, &mut out);
     out
+}
+
+/// Messages as an excerpt shows them, a line each (a passage's text).
+pub fn excerpt<'a>(messages: impl Iterator<Item = &'a StoredMessage>) -> String {
+    messages.map(excerpt_line).collect::<Vec<_>>().join("\n")
 }
 
 /// One message as an excerpt shows it: who spoke, then the message's text unchanged.

@@ -861,7 +861,7 @@ fn read_found<'a>(r: &crate::store::Reader<'_>, st: &'a State, doc: Doc) -> Opti
             Ok(Some(f)) if f.is_active() && !f.note.is_empty() && !in_facts_block(st, &f) => Some(Found::Fact(f)),
             _ => None,
         },
-        Doc::Passage(n) => match r.get::<Passage>(Table::Passages, &keys::seq(&st.memory.id, n)) {
+        Doc::Passage(n) => match super::state::read_passage(r, &st.memory.id, n) {
             Ok(Some(p)) if !passage_in_view(st, &p) => Some(Found::Passage(p)),
             _ => None,
         },

@@ -890,6 +890,7 @@ fn write_memory(
                 tokens: 20,
                 text_tokens: super::tokens::text_tokens(&excerpt) as u64,
                 text: excerpt,
+                skipped: Vec::new(),
             };
             let pn = passage.n;
             st.push_passages(vec![passage]);

@@ -503,6 +503,11 @@ pub enum VectorKind {
 
 /// A stretch of a sealed episode (whole units), searchable by words and meaning; recall shows
 /// it as an excerpt. `text` is the messages as the excerpt shows them.
+///
+/// The store keeps the text once, in the messages: a passage is stored without it and read back
+/// with it ([`super::state::read_passage`]), from its messages (those of `first_seq..=last_seq`
+/// but `skipped`). The copy was a fifth of a drained store (312 B per stored message). A passage
+/// stored before keeps its text and is read as it is.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Passage {
     pub n: u64,
@@ -514,7 +519,13 @@ pub struct Passage {
     /// When its first message was stored.
     pub at: f64,
     pub tokens: u64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub text: String,
+    /// Seqs in `first_seq..=last_seq` whose messages are not in the passage (notes and messages
+    /// superseded by the time it was cut): the messages it shows are the others, and a message's
+    /// seq and text never change.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<u64>,
     /// Tokens of `text` as recall counts them, counted when the passage is cut (in the lane):
     /// recall weighs hundreds of candidates per message, and counting them there was most of
     /// its time. 0 for passages stored before: counted when needed.

@@ -175,7 +175,7 @@ impl State {
         }
         // Passages first: a recall block is stored with the passages it shows read back.
         for p in &self.new_passages {
-            w.put(Table::Passages, &keys::seq(id, p.n), p)?;
+            w.put(Table::Passages, &keys::seq(id, p.n), &stored_passage(p))?;
         }
         for seq in &self.dirty_recalls {
             if let Some(b) = self.recalls.get(seq) {
@@ -692,6 +692,39 @@ pub fn wall_clock() -> f64 {
 }
 
 /// The stored history messages with seqs in `first..=last`, read from the store.
+/// Passage `n` of `memory` with its text (see [`Passage`] for why the store keeps it without).
+pub fn read_passage(r: &impl Read, memory: &str, n: u64) -> Result<Option<Passage>, StoreError> {
+    let Some(mut p) = r.get::<Passage>(Table::Passages, &keys::seq(memory, n))? else {
+        return Ok(None);
+    };
+    passage_text(r, memory, &mut p)?;
+    Ok(Some(p))
+}
+
+/// Puts back the text of a passage the store keeps without it, from its messages.
+pub fn passage_text(r: &impl Read, memory: &str, p: &mut Passage) -> Result<(), StoreError> {
+    if !p.text.is_empty() {
+        return Ok(());
+    }
+    let mut messages = Vec::with_capacity((p.last_seq + 1).saturating_sub(p.first_seq) as usize);
+    for seq in (p.first_seq..=p.last_seq).filter(|s| !p.skipped.contains(s)) {
+        if let Some(m) = r.get::<StoredMessage>(Table::Messages, &keys::seq(memory, seq))? {
+            messages.push(m);
+        }
+    }
+    p.text = super::passages::excerpt(messages.iter());
+    Ok(())
+}
+
+/// A passage as the store keeps it: without its text.
+pub fn stored_passage(p: &Passage) -> Passage {
+    Passage {
+        text: String::new(),
+        skipped: p.skipped.clone(),
+        ..*p
+    }
+}
+
 pub fn history_in(r: &Reader<'_>, memory: &str, first: u64, last: u64) -> Result<Vec<StoredMessage>, StoreError> {
     let mut out = Vec::new();
     r.visit(
@@ -896,7 +929,7 @@ pub fn write_recall(w: &mut Writer<'_>, memory: &str, b: &RecallBlock) -> Result
     }
     let mut passages: Vec<Passage> = Vec::with_capacity(shown.len());
     for n in shown {
-        match w.get::<Passage>(Table::Passages, &keys::seq(memory, n))? {
+        match read_passage(w, memory, n)? {
             Some(p) => passages.push(p),
             None => return w.put(Table::FreshRecall, &key, b),
         }
@@ -921,7 +954,7 @@ fn whole_recall(r: &impl Read, memory: &str, b: &mut RecallBlock) -> Result<(), 
     }
     let mut passages: Vec<Passage> = Vec::with_capacity(b.excerpts.len());
     for n in std::mem::take(&mut b.excerpts) {
-        match r.get::<Passage>(Table::Passages, &keys::seq(memory, n))? {
+        match read_passage(r, memory, n)? {
             Some(p) => passages.push(p),
             // Passages leave only with their memory; a block without one is shown without it.
             None => tracing::warn!(memory, passage = n, "a recall block's passage is missing"),
@@ -1009,6 +1042,44 @@ mod tests {
     }
 
     #[test]
+    fn a_passage_is_stored_without_its_text_and_read_back_with_it_from_its_messages() {
+        let (_dir, store, mut st) = sixty_turns_unsaved();
+        // A note call inside the stretch and a message superseded before the cut: neither is
+        // in the passage, and neither may come back into it.
+        st.message_mut(2).note = true;
+        st.message_mut(5).superseded_at = Some(1.0);
+        let history: Vec<&StoredMessage> = st.messages_in(0, 7).filter(|m| m.in_history()).collect();
+        let passages = super::super::passages::passages_of(0, &history, 0, 1_000);
+        assert_eq!(passages.len(), 1);
+        let cut = passages[0].clone();
+        assert_eq!(cut.skipped, vec![2, 5]);
+        assert_eq!(cut.text.lines().count(), 6);
+        st.push_passages(passages);
+        store.write(|w| st.save(w)).unwrap();
+        st.mark_saved();
+        let kept: Passage = store
+            .read(|r| r.get(Table::Passages, &keys::seq("m", 0)))
+            .unwrap()
+            .unwrap();
+        assert!(kept.text.is_empty(), "the text lives in the messages only");
+        // Superseded later: a passage shows what was said when it was cut.
+        st.message_mut(6).superseded_at = Some(2.0);
+        store.write(|w| st.save(w)).unwrap();
+        let read = store.read(|r| read_passage(r, "m", 0)).unwrap().unwrap();
+        assert_eq!(read, cut);
+        // One stored with its text (before this) is read as it was.
+        let old = Passage {
+            n: 1,
+            text: "user: as stored".into(),
+            ..cut.clone()
+        };
+        store
+            .write(|w| w.put(Table::Passages, &keys::seq("m", 1), &old))
+            .unwrap();
+        assert_eq!(store.read(|r| read_passage(r, "m", 1)).unwrap().unwrap(), old);
+    }
+
+    #[test]
     fn distilled_blocks_leave_no_pages_of_the_blocks_they_replace_mostly_empty() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
@@ -1072,6 +1143,7 @@ mod tests {
             at: 86_400.0 * (n + 1) as f64,
             tokens: 40,
             text: text.to_owned(),
+            skipped: Vec::new(),
             text_tokens: 0,
         };
         let (p0, p1) = (

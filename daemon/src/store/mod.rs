@@ -37,7 +37,10 @@ use serde::Serialize;
 /// `fresh_recall` (those stored before in `recall` are read there until they are rewritten).
 /// Embeddings are stored as one byte per dimension and a scale (`records::compact_vector`);
 /// the 16-bit floats written before are read as they are.
-pub const SCHEMA_VERSION: u32 = 7;
+/// 8: a passage is stored without its text, which is read back from its messages
+/// (`state::read_passage`); an older recalld would fail to read it. Passages stored before keep
+/// their text and are read as they are.
+pub const SCHEMA_VERSION: u32 = 8;
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
 /// Named tables. Keys are built by [`keys`]; values are MessagePack maps.
