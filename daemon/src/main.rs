@@ -396,15 +396,18 @@ fn install_units(user: bool, dir: Option<PathBuf>, bin: Option<PathBuf>) -> Resu
     }
 }
 
-/// Writes a command's output to stdout. A reader that stops early (`recalld call export … |
-/// head`) is not an error: what it did not read is dropped.
-fn write_out(text: &str) {
+/// Writes a command's output to stdout. A reader that stops early (`recalld export … | head`)
+/// is not an error: what it did not read is dropped. Any other failure (a full disk) is, with
+/// exit status 1.
+fn write_out(bytes: &[u8]) -> Result<(), ExitCode> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
             eprintln!("recalld: cannot write the output: {e}");
+            Err(ExitCode::FAILURE)
         }
+        _ => Ok(()),
     }
 }
 
@@ -413,14 +416,8 @@ fn write_out(text: &str) {
 fn op(at: &Where, name: &str, args: Value, text: bool) -> Result<(), ExitCode> {
     let s = at.settings()?;
     match recalld::admin::call(&s.socket, name, args) {
-        Ok(v) if text => {
-            write_out(v["text"].as_str().unwrap_or_default());
-            Ok(())
-        }
-        Ok(v) => {
-            write_out(&format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()));
-            Ok(())
-        }
+        Ok(v) if text => write_out(v["text"].as_str().unwrap_or_default().as_bytes()),
+        Ok(v) => write_out(format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()).as_bytes()),
         Err(recalld::client::ClientError::Server(e)) => {
             eprintln!("{}", json!({"code": e.code.as_str(), "message": e.message}));
             Err(ExitCode::FAILURE)
@@ -442,10 +439,7 @@ fn inspect(daemon: &Where, memory: &str, at: Option<&str>, decisions: u64, json:
     };
     let s = daemon.settings()?;
     match recalld::admin::inspect(&s.socket, memory, at, decisions, json) {
-        Ok(text) => {
-            write_out(&text);
-            Ok(())
-        }
+        Ok(text) => write_out(text.as_bytes()),
         Err(recalld::client::ClientError::Server(e)) => {
             eprintln!("{}", json!({"code": e.code.as_str(), "message": e.message}));
             Err(ExitCode::FAILURE)
@@ -497,13 +491,9 @@ fn read_export(bytes: &[u8]) -> Result<Value, String> {
 }
 
 fn export_msgpack(at: &Where, memory: &str) -> Result<(), ExitCode> {
-    use std::io::Write;
     let s = at.settings()?;
     match recalld::admin::call(&s.socket, "export", json!({ "memory": memory })) {
-        Ok(v) => {
-            let bytes = rmp_serde::to_vec_named(&v).expect("a JSON value always encodes");
-            std::io::stdout().write_all(&bytes).map_err(|_| ExitCode::FAILURE)
-        }
+        Ok(v) => write_out(&rmp_serde::to_vec_named(&v).expect("a JSON value always encodes")),
         Err(recalld::client::ClientError::Server(e)) => {
             eprintln!("{}", json!({"code": e.code.as_str(), "message": e.message}));
             Err(ExitCode::FAILURE)
@@ -517,10 +507,7 @@ fn export_msgpack(at: &Where, memory: &str) -> Result<(), ExitCode> {
 
 fn report<E: std::fmt::Display>(r: Result<Value, E>) -> Result<(), ExitCode> {
     match r {
-        Ok(v) => {
-            write_out(&format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()));
-            Ok(())
-        }
+        Ok(v) => write_out(format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()).as_bytes()),
         Err(e) => {
             eprintln!("recalld: {e}");
             Err(ExitCode::FAILURE)

@@ -62,6 +62,25 @@ fn forget_removes_every_record_of_one_memory_and_backup_restore_round_trips() {
     let out = head.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && stderr.is_empty(), "{:?}: {stderr}", out.status);
+    // Output that cannot be written (a full disk) is an error, in both export formats.
+    for msgpack in [false, true] {
+        let mut args = vec!["export", "keep", "--socket", &socket];
+        if msgpack {
+            args.push("--msgpack");
+        }
+        let out = Command::new(bin())
+            .args(&args)
+            .env_remove("RECALLD_CONFIG")
+            .stdout(std::fs::File::create("/dev/full").unwrap())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "msgpack {msgpack}: a failed write exits 0");
+        assert!(
+            stderr.contains("cannot write the output"),
+            "msgpack {msgpack}: {stderr}"
+        );
+    }
 
     let (ok, receipt, err) = cli(&["forget", "gone", "--socket", &socket]);
     assert!(ok, "{err}");
