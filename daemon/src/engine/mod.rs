@@ -85,13 +85,20 @@ pub struct EngineConfig {
     /// Whether new user messages recall what left the view (and facts and passages are
     /// indexed for it). Off, the engine is the fade-and-seal mechanism alone.
     pub recall: bool,
-    /// The most a recall block takes by holding back live history, in tokens; a block for a
-    /// message nothing relevant answers takes at most this much of what the view leaves free.
-    /// A relevant block may also take all the room the view leaves free. On the LoCoMo dev
-    /// replay (first two conversations): at 8k, 4,000 gave 0.913 and 2,500 0.923 (what the view
-    /// holds is worth more than the block's last items past that); letting a relevant block
-    /// fill the free room took 8k to 0.929 and 16k from 0.979 to 0.988 (README, Benchmarks).
+    /// The most a recall block for a message nothing relevant answers takes of what the view
+    /// leaves free, in tokens (a relevant one may take all of it). On the LoCoMo dev replay
+    /// (first two conversations): at 8k, 4,000 gave 0.913 and 2,500 0.923; letting a relevant
+    /// block fill the free room took 8k to 0.929 and 16k from 0.979 to 0.988 (README,
+    /// Benchmarks).
     pub recall_tokens: u64,
+    /// The room a relevant recall block may make by holding back live history, in tokens: its
+    /// room is at least `recall_share` of the history budget, up to this much. A constant, not
+    /// a share: a block needs about this much to be of use, and past it the view's live turns
+    /// are worth more than the block's last items. On the whole LoCoMo dev file, 1,500 against
+    /// 2,500 (which bounded both this and `recall_tokens` before): 4k 0.857 either way (its
+    /// half budget is under 1,500), 8k 0.916 → 0.924 (10 questions up, 3 down, no
+    /// conversation down; README, Benchmarks).
+    pub recall_hold_tokens: u64,
     /// How long decorate waits for the embedder to embed a new user message for recall; past
     /// it, recall searches by words only.
     pub recall_deadline_ms: u64,
@@ -105,7 +112,7 @@ pub struct EngineConfig {
     /// (docs/models.md), with the same embedder.
     pub recall_relevant_cosine: f32,
     /// The share of the history budget a new message's recall block may take by holding back
-    /// live history, when what it found is relevant. On the LoCoMo dev replay at 4k: a third
+    /// live history (at most `recall_hold_tokens`), when what it found is relevant. On the LoCoMo dev replay at 4k: a third
     /// 0.790, a half 0.846, two thirds 0.831; at 8k a half costs 0.02 against a third (README,
     /// Benchmarks).
     pub recall_share: f64,
@@ -130,6 +137,7 @@ impl Default for EngineConfig {
             warm_memories: 8,
             recall: true,
             recall_tokens: 2_500,
+            recall_hold_tokens: 1_500,
             recall_deadline_ms: 300,
             recall_search_ms: 100,
             recall_relevant_cosine: 0.56,
@@ -612,7 +620,7 @@ impl Engine {
             let across_tokens = across.as_ref().map_or(0, |a| a.tokens);
             measure.view += tokens::corrected(across_tokens, ratio);
             let share = self.config.recall_share.clamp(0.0, 1.0);
-            let reserve = ((measure.budget.history as f64 * share) as u64).min(self.config.recall_tokens);
+            let reserve = ((measure.budget.history as f64 * share) as u64).min(self.config.recall_hold_tokens);
             // What the view leaves free: a relevant block may take all of it (it costs the view
             // nothing); a block for a message nothing relevant answers, at most recall_tokens.
             let unused = measure.budget.history.saturating_sub(measure.view);
