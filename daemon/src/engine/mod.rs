@@ -112,9 +112,9 @@ pub struct EngineConfig {
     /// (docs/models.md), with the same embedder.
     pub recall_relevant_cosine: f32,
     /// The share of the history budget a new message's recall block may take by holding back
-    /// live history (at most `recall_hold_tokens`), when what it found is relevant. On the LoCoMo dev replay at 4k: a third
-    /// 0.790, a half 0.846, two thirds 0.831; at 8k a half costs 0.02 against a third (README,
-    /// Benchmarks).
+    /// live history (at most `recall_hold_tokens`), when what it found is relevant. On the
+    /// LoCoMo dev replay at 4k: a third 0.790, a half 0.846, two thirds 0.831; at 8k a half
+    /// cost 0.02 against a third (README, Benchmarks), before `recall_hold_tokens`.
     pub recall_share: f64,
     /// A passage (what recall searches and shows as an excerpt) gathers whole units up to
     /// about this many tokens; a larger unit is a passage of its own.

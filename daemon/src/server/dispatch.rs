@@ -135,40 +135,6 @@ fn unqualify(value: &mut Value, peer: &Peer) {
     walk(value, &prefix, None);
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::server::peer::{Namespaces, PeersConfig};
-
-    #[test]
-    fn replies_name_the_callers_ids_but_provider_payloads_pass_unchanged() {
-        let ns = Namespaces::resolve(&PeersConfig {
-            isolate: true,
-            share: vec![],
-        })
-        .unwrap();
-        let peer = ns.peer(4002, 4002, None);
-        let call = json!({"id": "u4002/call", "type": "function"});
-        let mut reply = json!({
-            "request": {"messages": [{"role": "assistant", "tool_calls": [call.clone()]}]},
-            "response": {"id": "u4002/resp"},
-            "info": {"recall": {"across": [{"memory": "u4002/other", "id": "u4002/m"}]}},
-            "memory": "u4002/m",
-        });
-        unqualify(&mut reply, &peer);
-        assert_eq!(reply["request"]["messages"][0]["tool_calls"][0], call);
-        assert_eq!(reply["response"]["id"], "u4002/resp");
-        assert_eq!(
-            reply["info"]["recall"]["across"][0],
-            json!({"memory": "other", "id": "m"})
-        );
-        assert_eq!(reply["memory"], "m");
-        let mut list = json!([{"memory": "u4002/a"}]);
-        unqualify(&mut list, &peer);
-        assert_eq!(list, json!([{"memory": "a"}]));
-    }
-}
-
 async fn run(state: &Arc<AppState>, peer: &Peer, request: Request) -> Result<Value, ErrorBody> {
     match request.op.as_str() {
         "hello" => hello(state, args(request.args)?),
@@ -533,5 +499,39 @@ async fn blocking<T: Send + 'static>(
             ErrorCode::Internal,
             format!("request task failed: {join}"),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::peer::{Namespaces, PeersConfig};
+
+    #[test]
+    fn replies_name_the_callers_ids_but_provider_payloads_pass_unchanged() {
+        let ns = Namespaces::resolve(&PeersConfig {
+            isolate: true,
+            share: vec![],
+        })
+        .unwrap();
+        let peer = ns.peer(4002, 4002, None);
+        let call = json!({"id": "u4002/call", "type": "function"});
+        let mut reply = json!({
+            "request": {"messages": [{"role": "assistant", "tool_calls": [call.clone()]}]},
+            "response": {"id": "u4002/resp"},
+            "info": {"recall": {"across": [{"memory": "u4002/other", "id": "u4002/m"}]}},
+            "memory": "u4002/m",
+        });
+        unqualify(&mut reply, &peer);
+        assert_eq!(reply["request"]["messages"][0]["tool_calls"][0], call);
+        assert_eq!(reply["response"]["id"], "u4002/resp");
+        assert_eq!(
+            reply["info"]["recall"]["across"][0],
+            json!({"memory": "other", "id": "m"})
+        );
+        assert_eq!(reply["memory"], "m");
+        let mut list = json!([{"memory": "u4002/a"}]);
+        unqualify(&mut list, &peer);
+        assert_eq!(list, json!([{"memory": "a"}]));
     }
 }
