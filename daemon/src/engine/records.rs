@@ -505,7 +505,7 @@ pub enum VectorKind {
 /// it as an excerpt. `text` is the messages as the excerpt shows them.
 ///
 /// The store keeps the text once, in the messages: a passage is stored without it and read back
-/// with it ([`super::state::read_passage`]), from its messages (those of `first_seq..=last_seq`
+/// with it (`state::read_passage`), from its messages (those of `first_seq..=last_seq`
 /// but `skipped`). The copy was a fifth of a drained store (312 B per stored message). A passage
 /// stored before keeps its text and is read as it is.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

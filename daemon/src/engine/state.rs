@@ -691,7 +691,6 @@ pub fn wall_clock() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// The stored history messages with seqs in `first..=last`, read from the store.
 /// Passage `n` of `memory` with its text (see [`Passage`] for why the store keeps it without).
 pub fn read_passage(r: &impl Read, memory: &str, n: u64) -> Result<Option<Passage>, StoreError> {
     let Some(mut p) = r.get::<Passage>(Table::Passages, &keys::seq(memory, n))? else {
@@ -725,6 +724,7 @@ pub fn stored_passage(p: &Passage) -> Passage {
     }
 }
 
+/// The stored history messages with seqs in `first..=last`, read from the store.
 pub fn history_in(r: &Reader<'_>, memory: &str, first: u64, last: u64) -> Result<Vec<StoredMessage>, StoreError> {
     let mut out = Vec::new();
     r.visit(
