@@ -47,18 +47,21 @@ const RECENT_MESSAGES: usize = 4;
 /// are windowed at this many.
 const PART_MIN_WORDS: usize = 6;
 const PART_MAX_WORDS: usize = 60;
-/// Words embedded for one message at most (the message, then its parts in order; later parts
-/// are searched by words only). Embedding is the one model pass on the request path and costs
-/// about a millisecond per token on two cores: a pasted log must not cost seconds.
-const EMBED_MAX_WORDS: usize = 400;
-/// Parts searched by words at most (a search is about a millisecond).
+/// Words of a message's parts embedded at most, beside the message itself: its last parts
+/// (earlier ones are searched by words only). The message's own vector stands for its opening
+/// (the model reads its first 256 tokens, about 190 words), and what a long message ends with
+/// (the question after a correction, a pasted log's last lines) is what a part is for.
+/// Embedding is the one model pass on the request path. With the message and the first 400
+/// words of its parts (18–19 texts), the agent traces' long messages took 214 ms to a second
+/// to embed, past recall's 300 ms deadline (3k messages, a build with timers); with this,
+/// embeddings late fell from 4 to 2 per run (2 runs each; README, Benchmarks).
+const EMBED_PART_WORDS: usize = 180;
+/// Parts searched by words at most, the message's last ones (a search is about a millisecond).
 const WORD_SEARCH_PARTS: usize = 16;
 /// What a fact's date costs beside its words: " (turns 40–54, 2023-07-15)".
 const DATE_TOKENS: u64 = 9;
 /// Candidates the block had no room for, listed in `info.recall.left_out` at most.
 const LEFT_OUT_LISTED: usize = 16;
-/// The model reads a message's first 256 tokens; about this many words.
-const MODEL_WINDOW_WORDS: usize = 190;
 
 /// How much a search's ranks count in the fusion. Meaning counts most; words help with names
 /// and numbers; the recent conversation only steers a follow-up ("and the other one?"), since
@@ -108,7 +111,10 @@ impl Doc {
 pub(super) struct Query {
     pub text: String,
     pub parts: Vec<String>,
-    /// Embeddings of the text, then of each part (empty without an embedder or when it failed).
+    /// The first part embedded (0-based; the parts from it on are).
+    pub first_part: usize,
+    /// Embeddings of the text, then of each part from `first_part` on (empty without an
+    /// embedder or when it failed).
     pub vectors: Vec<Vec<f32>>,
     pub embed_ms: f64,
     /// Word searches made while the message embedded: (search, its query text, hits). Recall
@@ -121,7 +127,11 @@ pub(super) struct Query {
 /// from the message. (search name, query text).
 fn word_queries(text: &str, parts: &[String], recent: &[&str]) -> Vec<(String, String)> {
     let mut queries: Vec<(String, String)> = vec![("words:message".into(), text.to_owned())];
-    for (i, p) in parts.iter().enumerate().take(WORD_SEARCH_PARTS) {
+    for (i, p) in parts
+        .iter()
+        .enumerate()
+        .skip(parts.len().saturating_sub(WORD_SEARCH_PARTS))
+    {
         queries.push((format!("words:part {}", i + 1), p.clone()));
     }
     let skip = recent.len().saturating_sub(RECENT_MESSAGES - 1);
@@ -184,6 +194,21 @@ pub(super) fn split_parts(text: &str) -> Vec<String> {
         return Vec::new();
     }
     parts
+}
+
+/// Where a message's embedded parts begin: its last parts whose words fit
+/// [`EMBED_PART_WORDS`] (at least the last, windowed to at most [`PART_MAX_WORDS`]).
+fn embedded_from(parts: &[String]) -> usize {
+    let mut words = 0;
+    let mut from = parts.len();
+    while from > 0 {
+        words += parts[from - 1].split_whitespace().count();
+        if words > EMBED_PART_WORDS && from < parts.len() {
+            break;
+        }
+        from -= 1;
+    }
+    from
 }
 
 /// A candidate for the block: a fact of the memory (the state's, or read from the store when
@@ -292,6 +317,7 @@ impl Engine {
         let parts = split_parts(text);
         let started = Instant::now();
         let mut vectors = Vec::new();
+        let mut first_part = parts.len();
         let mut searched = Vec::new();
         let vector_index = self.indexes.as_ref().and_then(|i| i.vectors.as_ref());
         if let Some(queue) = self
@@ -299,15 +325,9 @@ impl Engine {
             .as_ref()
             .filter(|_| (own && vector_index.is_some()) || scope_facts)
         {
+            first_part = embedded_from(&parts);
             let mut texts: Vec<String> = vec![text.to_owned()];
-            let mut words = text.split_whitespace().count().min(MODEL_WINDOW_WORDS);
-            for p in &parts {
-                words += p.split_whitespace().count();
-                if words > EMBED_MAX_WORDS {
-                    break;
-                }
-                texts.push(p.clone());
-            }
+            texts.extend(parts[first_part..].iter().cloned());
             let want = texts.len();
             // The embedder may be a remote endpoint or busy: wait at most the recall deadline,
             // then search by words only.
@@ -359,6 +379,7 @@ impl Engine {
         Some(Query {
             text: text.to_owned(),
             parts,
+            first_part,
             vectors,
             embed_ms: started.elapsed().as_secs_f64() * 1e3,
             words: searched,
@@ -468,7 +489,7 @@ impl Engine {
                 let name = if i == 0 {
                     "meaning:message".to_owned()
                 } else {
-                    format!("meaning:part {i}")
+                    format!("meaning:part {}", q.first_part + i)
                 };
                 if catching_up || started.elapsed() > search_budget {
                     skipped.push(name);
@@ -1230,6 +1251,22 @@ mod tests {
             parts.last().unwrap(),
             "By the way, what port did we pick for the cache?"
         );
+    }
+
+    #[test]
+    fn a_long_message_embeds_its_last_parts_so_its_closing_question_is_one() {
+        let log = "error: connection refused at line 12 of the loader\n".repeat(80);
+        let text = format!("{log}Why does the loader keep failing after the upgrade?");
+        let parts = split_parts(&text);
+        let from = embedded_from(&parts);
+        assert!(from > 0 && from < parts.len(), "{from} of {}", parts.len());
+        let words: usize = parts[from..].iter().map(|p| p.split_whitespace().count()).sum();
+        assert!(words <= EMBED_PART_WORDS, "{words}");
+        assert!(parts[from..].last().unwrap().ends_with("after the upgrade?"));
+        // One part longer than the allowance is still embedded (parts are windowed anyway).
+        let one = vec!["word ".repeat(PART_MAX_WORDS).trim().to_owned(); 4];
+        assert_eq!(embedded_from(&one), 1, "three windows fit 180 words");
+        assert_eq!(embedded_from(&[]), 0);
     }
 
     #[test]
