@@ -1,6 +1,7 @@
 //! A recalld daemon started by the benchmark on a temporary data dir, stopped when dropped.
 //! It can be stopped and started again on the same data, to time a cold start.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -115,8 +116,21 @@ impl Daemon {
     }
 }
 
+/// Starts the daemon as a child that gets SIGTERM when the thread that started it ends: a
+/// benchmark killed (`kill`, a timeout) takes its daemon with it instead of leaving it serving,
+/// and busy, beside the next run. (Its `Drop` stops it on every ordinary exit.)
 fn spawn(bin: &Path, dir: &Path, socket: &Path, log: &str) -> Result<Child, String> {
-    Command::new(bin)
+    let mut command = Command::new(bin);
+    // SAFETY: between fork and exec the closure makes one async-signal-safe call.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    command
         .arg("serve")
         .arg("--socket")
         .arg(socket)
