@@ -183,7 +183,12 @@ fn check_indexes(root: &std::path::Path, exports: &BTreeMap<String, Value>) {
         };
         // The daemon's id is qualified by the caller's namespace ("u<uid>/").
         let name = id.split_once('/').map_or(id.as_str(), |(_, n)| n);
-        let export = &exports[name];
+        let export = exports.get(name).unwrap_or_else(|| {
+            panic!(
+                "an index directory for {id:?}, not one of the memories written ({:?})",
+                exports.keys().collect::<Vec<_>>()
+            )
+        });
         let want = indexed_ids(export);
         let mut held = words.ids(&id).unwrap();
         held.sort_unstable();

@@ -58,12 +58,19 @@ pub fn memory_dir(root: &Path, memory: &str) -> PathBuf {
 }
 
 /// Creates the memory's directory and names the memory in it (for people reading the disk).
+/// The name is written beside and renamed into place, so a crash never leaves it empty or cut
+/// (a process killed between creating the file and writing it did, and `memory.id` then named
+/// nothing for good); one that is not the memory's id is written again.
 fn ensure_memory_dir(root: &Path, memory: &str) -> Result<PathBuf, IndexError> {
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let dir = memory_dir(root, memory);
     std::fs::create_dir_all(&dir).map_err(|e| IndexError::io(&dir, e))?;
     let name = dir.join("memory.id");
-    if !name.exists() {
-        std::fs::write(&name, memory.as_bytes()).map_err(|e| IndexError::io(&name, e))?;
+    if std::fs::read(&name).ok().as_deref() != Some(memory.as_bytes()) {
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let part = dir.join(format!("memory.id.{}.{n}.part", std::process::id()));
+        std::fs::write(&part, memory.as_bytes()).map_err(|e| IndexError::io(&part, e))?;
+        std::fs::rename(&part, &name).map_err(|e| IndexError::io(&name, e))?;
     }
     Ok(dir)
 }
@@ -317,6 +324,22 @@ mod tests {
         assert_eq!(d.extra, vec![1]);
         assert!(!d.is_current());
         assert!(diff(&[3, 1], &[1, 3]).is_current());
+    }
+
+    #[test]
+    fn a_memory_id_left_empty_by_a_crash_is_written_again() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = ensure_memory_dir(root.path(), "u0/notes").unwrap();
+        let name = dir.join("memory.id");
+        assert_eq!(std::fs::read_to_string(&name).unwrap(), "u0/notes");
+        std::fs::write(&name, "").unwrap(); // as a kill between creating and writing left it
+        ensure_memory_dir(root.path(), "u0/notes").unwrap();
+        assert_eq!(std::fs::read_to_string(&name).unwrap(), "u0/notes");
+        let files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(files, ["memory.id"], "nothing left beside it");
     }
 
     #[test]
