@@ -111,9 +111,7 @@ impl Doc {
 pub(super) struct Query {
     pub text: String,
     pub parts: Vec<String>,
-    /// The first part embedded (0-based; the parts from it on are).
-    pub first_part: usize,
-    /// Embeddings of the text, then of each part from `first_part` on (empty without an
+    /// Embeddings of the text, then of each part from `embedded_from` on (empty without an
     /// embedder or when it failed).
     pub vectors: Vec<Vec<f32>>,
     pub embed_ms: f64,
@@ -317,7 +315,6 @@ impl Engine {
         let parts = split_parts(text);
         let started = Instant::now();
         let mut vectors = Vec::new();
-        let mut first_part = parts.len();
         let mut searched = Vec::new();
         let vector_index = self.indexes.as_ref().and_then(|i| i.vectors.as_ref());
         if let Some(queue) = self
@@ -325,9 +322,8 @@ impl Engine {
             .as_ref()
             .filter(|_| (own && vector_index.is_some()) || scope_facts)
         {
-            first_part = embedded_from(&parts);
             let mut texts: Vec<String> = vec![text.to_owned()];
-            texts.extend(parts[first_part..].iter().cloned());
+            texts.extend(parts[embedded_from(&parts)..].iter().cloned());
             let want = texts.len();
             // The embedder may be a remote endpoint or busy: wait at most the recall deadline,
             // then search by words only.
@@ -379,7 +375,6 @@ impl Engine {
         Some(Query {
             text: text.to_owned(),
             parts,
-            first_part,
             vectors,
             embed_ms: started.elapsed().as_secs_f64() * 1e3,
             words: searched,
@@ -485,11 +480,12 @@ impl Engine {
         // Meaning: the message and each part.
         let mut cosines: HashMap<u64, f32> = HashMap::new();
         if let Some(vix) = &ix.vectors {
+            let first_part = embedded_from(&q.parts);
             for (i, v) in q.vectors.iter().enumerate() {
                 let name = if i == 0 {
                     "meaning:message".to_owned()
                 } else {
-                    format!("meaning:part {}", q.first_part + i)
+                    format!("meaning:part {}", first_part + i)
                 };
                 if catching_up || started.elapsed() > search_budget {
                     skipped.push(name);
@@ -1263,9 +1259,9 @@ mod tests {
         let words: usize = parts[from..].iter().map(|p| p.split_whitespace().count()).sum();
         assert!(words <= EMBED_PART_WORDS, "{words}");
         assert!(parts[from..].last().unwrap().ends_with("after the upgrade?"));
-        // One part longer than the allowance is still embedded (parts are windowed anyway).
-        let one = vec!["word ".repeat(PART_MAX_WORDS).trim().to_owned(); 4];
-        assert_eq!(embedded_from(&one), 1, "three windows fit 180 words");
+        // Whole parts only: three windows of 60 words fit the 180, a fourth does not.
+        let windows = vec!["word ".repeat(PART_MAX_WORDS).trim().to_owned(); 4];
+        assert_eq!(embedded_from(&windows), 1);
         assert_eq!(embedded_from(&[]), 0);
     }
 
