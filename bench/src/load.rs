@@ -231,6 +231,7 @@ pub fn run(o: &LoadOptions, progress: &mut dyn FnMut(String)) -> Result<LoadRepo
         ping,
         ping_payload_bytes_mean: mean(&ping_bytes),
         recall_embeddings_dropped: stats["recall_embeddings_dropped"].as_u64(),
+        state_cache: stats["state_cache"].clone(),
         note_asks: agents.iter().map(|a| a.note_calls).sum(),
         notes_written: agents.iter().map(|a| a.notes_written).sum(),
         errors: all.errors.len() as u64,

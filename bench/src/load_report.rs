@@ -159,6 +159,9 @@ pub struct LoadReport {
     pub error_examples: Vec<String>,
     pub lanes: Lanes,
     pub rss_max_kb: Option<u64>,
+    /// `stats.state_cache` at the end of the traffic: memories whose state is kept between ops,
+    /// and the heap the daemon estimates they take.
+    pub state_cache: serde_json::Value,
     pub storage: Storage,
     pub cold_start: ColdStart,
     pub cost: Cost,
@@ -255,6 +258,14 @@ impl LoadReport {
                 },
             ),
             ("daemon RSS (max over the run)".into(), mb(self.rss_max_kb)),
+            (
+                "states kept between ops (`stats.state_cache`)".into(),
+                format!(
+                    "{} memories, {:.1} MB estimated",
+                    self.state_cache["memories"].as_u64().unwrap_or(0),
+                    self.state_cache["bytes"].as_u64().unwrap_or(0) as f64 / 1e6
+                ),
+            ),
             (
                 "stored messages · facts".into(),
                 format!(

@@ -234,3 +234,69 @@ fn same_either_way(turns: usize, resend_view: bool) -> Vec<String> {
     );
     read
 }
+
+/// The cache keeps the most recently used states within both of its bounds, the number of
+/// memories and their estimated heap (`stats.state_cache`); the least recently used leaves
+/// first, and what it leaves is loaded again from the store, the same.
+#[test]
+fn the_state_cache_keeps_the_latest_states_within_its_memories_and_its_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
+    let decorate = |engine: &Engine, memory: &str, now: f64| {
+        engine
+            .decorate(DecorateArgs {
+                memory: memory.into(),
+                request: json!({"model": "gpt-4o", "messages": [
+                    {"role": "user", "content": "Where is order #4410? It was due on Monday and the tracking page says nothing."}]}),
+                now: Some(now),
+                dry_run: false,
+                ceiling: Some(900),
+                agent: None,
+                user: None,
+                history: HistoryMode::Full,
+            })
+            .unwrap()
+            .request
+    };
+    let cache = |engine: &Engine| {
+        let s = engine.stats().unwrap()["state_cache"].clone();
+        (s["memories"].as_u64().unwrap(), s["bytes"].as_u64().unwrap())
+    };
+    let memories = ["a", "b", "c"];
+    let roomy = Engine::new(store.clone(), None, EngineConfig::default());
+    let first: Vec<Value> = memories.iter().map(|m| decorate(&roomy, m, 1_700_000_000.0)).collect();
+    let (kept, bytes) = cache(&roomy);
+    assert_eq!(kept, 3, "a default cache keeps all three");
+    assert!(bytes > 1_000, "each state is counted ({bytes} bytes for three)");
+
+    // Room for two states by bytes: the third memory used sends the first away.
+    let by_bytes = Engine::new(
+        store.clone(),
+        None,
+        EngineConfig {
+            cached_state_bytes: (bytes * 2 / 3 + bytes / 10) as usize,
+            ..EngineConfig::default()
+        },
+    );
+    let again: Vec<Value> = memories
+        .iter()
+        .map(|m| decorate(&by_bytes, m, 1_700_000_030.0))
+        .collect();
+    assert_eq!(cache(&by_bytes).0, 2, "two states fit in the bytes");
+    assert_eq!(again, first, "a state loaded again from the store decorates the same");
+
+    // Room for one memory: however large, the one just used stays.
+    let by_count = Engine::new(
+        store.clone(),
+        None,
+        EngineConfig {
+            cached_memories: 1,
+            cached_state_bytes: 1,
+            ..EngineConfig::default()
+        },
+    );
+    for m in memories {
+        decorate(&by_count, m, 1_700_000_060.0);
+    }
+    assert_eq!(cache(&by_count).0, 1);
+}

@@ -87,6 +87,11 @@ impl Facts {
     }
 
     /// How many facts the memory has, resident or not.
+    /// How many facts are resident.
+    pub fn resident(&self) -> usize {
+        self.resident.len()
+    }
+
     pub fn len(&self) -> u64 {
         self.len
     }

@@ -77,8 +77,11 @@ pub struct EngineConfig {
     /// Threads each lane worker's model calls may use, at lower CPU priority (0: half the cores,
     /// at least one); the rest serve the request path.
     pub lane_model_threads: usize,
-    /// Memories whose loaded state is kept between ops (most recently used).
+    /// Memories whose loaded state is kept between ops (most recently used), at most.
     pub cached_memories: usize,
+    /// Heap the kept states may take between them, in bytes (estimated, `State::resident_bytes`);
+    /// past it the least recently used leave first.
+    pub cached_state_bytes: usize,
     /// Memories warmed after a start (the most recently updated: state loaded, recall indexes
     /// opened), so their first decorate does not pay for it; 0: none.
     pub warm_memories: usize,
@@ -133,7 +136,8 @@ impl Default for EngineConfig {
             max_episodes_judged: 32,
             lane_workers: 1,
             lane_model_threads: 0,
-            cached_memories: 64,
+            cached_memories: 256,
+            cached_state_bytes: 256 << 20,
             warm_memories: 8,
             recall: true,
             recall_tokens: 2_500,
@@ -236,10 +240,52 @@ pub struct Engine {
     warmth: warm::Warmth,
 }
 
+/// The loaded states of the memories used last, kept between ops: at most `cached_memories`
+/// of them and `cached_state_bytes` of heap between them (by [`State::resident_bytes`]), the
+/// least recently used leaving first. A bound in bytes as well as in memories: a host's many
+/// small memories all stay (100 memories in turn through a cache of 64 loaded a state for
+/// every decorate), and a few large ones cannot take gigabytes.
 #[derive(Default)]
 struct StateCache {
-    states: HashMap<String, State>,
+    states: HashMap<String, (State, usize)>,
     order: std::collections::VecDeque<String>,
+    bytes: usize,
+}
+
+impl StateCache {
+    fn get(&self, memory: &str) -> Option<&State> {
+        self.states.get(memory).map(|(st, _)| st)
+    }
+
+    fn take(&mut self, memory: &str) -> Option<State> {
+        let (st, size) = self.states.remove(memory)?;
+        self.order.retain(|m| m != memory);
+        self.bytes -= size;
+        Some(st)
+    }
+
+    #[cfg(test)]
+    fn clear(&mut self) {
+        *self = StateCache::default();
+    }
+
+    /// Keeps `st` as the most recently used, then lets the least recently used go while over
+    /// either bound (the one just kept stays, however large).
+    fn keep(&mut self, st: State, max_states: usize, max_bytes: usize) {
+        let id = st.memory.id.clone();
+        self.take(&id);
+        let size = st.resident_bytes();
+        self.bytes += size;
+        self.order.push_back(id.clone());
+        self.states.insert(id, (st, size));
+        while self.order.len() > 1 && (self.order.len() > max_states || self.bytes > max_bytes) {
+            if let Some(old) = self.order.pop_front() {
+                if let Some((_, size)) = self.states.remove(&old) {
+                    self.bytes -= size;
+                }
+            }
+        }
+    }
 }
 
 /// Unix seconds now, or the caller's injected time.
@@ -314,11 +360,7 @@ impl Engine {
     /// The memory's state: the cached one, else loaded from the store. Call under the memory's
     /// lock; give it back with [`Engine::keep`] once saved (on an error it is simply dropped).
     fn take_state(&self, memory: &str, now: f64) -> Result<State, EngineError> {
-        let cached = {
-            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-            cache.order.retain(|m| m != memory);
-            cache.states.remove(memory)
-        };
+        let cached = self.cache.lock().unwrap_or_else(|e| e.into_inner()).take(memory);
         match cached {
             Some(st) => Ok(st),
             None => Ok(self.store.read(|r| State::load(r, memory, now))?),
@@ -331,7 +373,7 @@ impl Engine {
     fn read_facts_unlocked(&self, memory: &str) -> Result<Option<Vec<records::Fact>>, EngineError> {
         let whole = {
             let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-            cache.states.get(memory).is_some_and(|st| st.facts.is_whole())
+            cache.get(memory).is_some_and(|st| st.facts.is_whole())
         };
         if whole {
             return Ok(None);
@@ -390,7 +432,7 @@ impl Engine {
 
     fn is_cached(&self, memory: &str) -> bool {
         let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        cache.states.contains_key(memory)
+        cache.get(memory).is_some()
     }
 
     /// Loads the memory's state into the cache as a decorate would (not every fact).
@@ -408,14 +450,7 @@ impl Engine {
     fn keep(&self, mut st: State) {
         st.trim();
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        let id = st.memory.id.clone();
-        cache.order.push_back(id.clone());
-        cache.states.insert(id, st);
-        while cache.order.len() > self.config.cached_memories {
-            if let Some(old) = cache.order.pop_front() {
-                cache.states.remove(&old);
-            }
-        }
+        cache.keep(st, self.config.cached_memories, self.config.cached_state_bytes);
     }
 
     /// Queues the indexing of facts this op wrote and of episodes sealed without passages.
@@ -443,7 +478,7 @@ impl Engine {
         let mut st = if args.dry_run {
             let cached = {
                 let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-                cache.states.get(&args.memory).cloned()
+                cache.get(&args.memory).cloned()
             };
             match cached {
                 Some(st) => st,
@@ -1074,11 +1109,7 @@ impl Engine {
     pub fn forget(&self, memory: &str) -> Result<Vec<(&'static str, u64)>, EngineError> {
         let lock = self.lock(memory);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-        {
-            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-            cache.order.retain(|m| m != memory);
-            cache.states.remove(memory);
-        }
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).take(memory);
         let record = self.store.read(|r| {
             r.get::<records::MemoryRecord>(crate::store::Table::Memories, &crate::store::keys::memory(memory))
         })?;
@@ -1128,6 +1159,10 @@ impl Engine {
                 tables,
             ))
         })?;
+        let state_cache = {
+            let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            json!({"memories": cache.order.len(), "bytes": cache.bytes})
+        };
         Ok(json!({
             "memories": memories,
             "messages": messages,
@@ -1141,6 +1176,8 @@ impl Engine {
             "models": self.models.as_ref().map(Models::stats),
             // Recall embeddings dropped unembedded because their caller had stopped waiting.
             "recall_embeddings_dropped": self.query_embedder.as_ref().map(|q| q.dropped()),
+            // The states kept between ops: how many, and their estimated heap.
+            "state_cache": state_cache,
             // The warm-up after the start: whether it ran and finished, memories, time.
             "warm": self.warmth.stats(),
         }))

@@ -404,7 +404,7 @@ impl Engine {
             .collect();
         if before.len() < RECENT_MESSAGES - 1 {
             let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(st) = cache.states.get(memory) {
+            if let Some(st) = cache.get(memory) {
                 let more = RECENT_MESSAGES - 1 - before.len();
                 before.extend(st.history().rev().take(more).map(|m| m.message.text.clone()));
             }

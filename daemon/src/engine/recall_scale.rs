@@ -241,7 +241,7 @@ fn one_scale(model_dir: &str, n: u64) {
             store.write(|w| st.save(w)).unwrap();
             st.mark_saved();
             // The cached state does not hold the walk written behind its back.
-            engine.cache.lock().unwrap().states.remove("m");
+            engine.cache.lock().unwrap().take("m");
         }
         let (mut decorate, mut recall, mut embed, mut search, mut walk) = (vec![], vec![], vec![], vec![], vec![]);
         for q in 0..65 {
@@ -296,7 +296,7 @@ fn one_scale(model_dir: &str, n: u64) {
     let indexes = engine.indexes.take().unwrap();
     indexes.flush().unwrap();
     drop(indexes);
-    engine.cache.lock().unwrap().states.clear();
+    engine.cache.lock().unwrap().clear();
     // What opening each index costs (a search opens it), then a decorate on another new copy.
     let dim = embedder_dim(&engine);
     let reopen = || crate::index::Indexes::open(&store.path().join("index"), Some(dim)).unwrap();
@@ -304,7 +304,7 @@ fn one_scale(model_dir: &str, n: u64) {
     let restarted = |engine: &mut Engine| {
         engine.indexes.take().unwrap().flush().unwrap();
         engine.indexes = Some(reopen());
-        engine.cache.lock().unwrap().states.clear();
+        engine.cache.lock().unwrap().clear();
     };
     let opened = reopen();
     let t = Instant::now();
@@ -375,7 +375,7 @@ fn one_scale(model_dir: &str, n: u64) {
     );
     // A memory that left the state cache while its indexes stayed open (others used since),
     // asked something new (its embedding not cached).
-    engine.cache.lock().unwrap().states.clear();
+    engine.cache.lock().unwrap().clear();
     let (ms, recall_ms, search_ms) = ask(&engine, "Where did Amara travel with her sister?");
     println!(
         "not in the state cache, indexes open, at {n}: decorate {ms:.1} ms (recall {recall_ms:.1}, searches {search_ms:.1})"
@@ -403,7 +403,7 @@ fn small_memory(seed: u64) -> (Engine, State, tempfile::TempDir) {
     let (pool_texts, pool, model) = embed_pool(&engine, &mut rng, 40);
     let written = write_memory(&store, &pool_texts, &pool, &model, "m", 40, &mut rng);
     engine.check_indexes().unwrap();
-    engine.cache.lock().unwrap().states.clear();
+    engine.cache.lock().unwrap().clear();
     (engine, written, dir)
 }
 
@@ -419,7 +419,7 @@ fn a_memory_left_out_of_the_state_cache_is_loaded_while_its_new_message_embeds()
     assert!(!q.vectors.is_empty(), "the message was embedded");
     // The state decorate will take is already cached, and it is the one the store holds.
     assert!(engine.is_cached("m"));
-    let cached = engine.cache.lock().unwrap().states["m"].clone();
+    let cached = engine.cache.lock().unwrap().get("m").unwrap().clone();
     assert_eq!(
         (cached.memory.next_seq, cached.memory.next_fact, cached.episodes.len()),
         (
@@ -456,7 +456,7 @@ fn a_new_messages_word_searches_are_made_while_it_embeds_and_made_again_when_the
         assert_eq!(*hits, now);
         assert!(!hits.is_empty());
     }
-    let st = engine.cache.lock().unwrap().states["m"].clone();
+    let st = engine.cache.lock().unwrap().get("m").unwrap().clone();
     let last: Vec<&str> = st.history().rev().take(3).map(|m| m.message.text.as_str()).collect();
     assert!(q.words[1].1.starts_with(last[2]) && q.words[1].1.ends_with(&format!("{}\n{question_text}", last[0])));
 
@@ -592,7 +592,7 @@ fn memories_at_scale() {
         before.fds
     );
     println!();
-    println!("| pass | memories used | RSS MB | heap (RssAnon) | files (RssFile) | of them data.mdb / word / vector index files | VmHWM | threads | open files | mappings | states cached | memory locks / index locks | decorate p50 ms (these 16) |");
+    println!("| pass | memories used | RSS MB | heap (RssAnon) | files (RssFile) | of them data.mdb / word / vector index files | VmHWM | threads | open files | mappings | states cached (estimated heap) | memory locks / index locks | decorate p50 ms (these 16) |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
 
     // Each memory in turn gets a question as a new user message (kept: not a dry run), twice
@@ -622,8 +622,12 @@ fn memories_at_scale() {
                 let used = i as u64 + 1;
                 readings.push(((pass - 1) * memories + used, used.max((pass - 1) * memories), p));
                 let p = &readings.last().unwrap().2;
+                let cached = {
+                    let cache = engine.cache.lock().unwrap();
+                    (cache.states.len(), cache.bytes)
+                };
                 println!(
-                    "| {pass} | {} | {:.0} | {:.0} | {:.0} | {:.0} / {:.0} / {:.0} | {:.0} | {} | {} | {} | {} | {} / {} | {:.1} |",
+                    "| {pass} | {} | {:.0} | {:.0} | {:.0} | {:.0} / {:.0} / {:.0} | {:.0} | {} | {} | {} | {} ({:.0} MB estimated) | {} / {} | {:.1} |",
                     i + 1,
                     p.rss,
                     p.anon,
@@ -635,7 +639,8 @@ fn memories_at_scale() {
                     p.threads,
                     p.fds,
                     p.maps,
-                    engine.cache.lock().unwrap().states.len(),
+                    cached.0,
+                    cached.1 as f64 / 1e6,
                     engine.locks.lock().unwrap().len(),
                     engine.index_locks.lock().unwrap().len(),
                     percentile(&mut ms, 0.5)
@@ -646,6 +651,25 @@ fn memories_at_scale() {
     }
 
     let end = Proc::read();
+    // What the cached states themselves take: the heap given back once they are dropped,
+    // against the cache's own estimate (`State::resident_bytes`, its bound in bytes).
+    give_back_freed_heap();
+    let kept = Proc::read();
+    let (states, estimated) = {
+        let mut cache = engine.cache.lock().unwrap();
+        let held = (cache.states.len(), cache.bytes);
+        cache.clear();
+        held
+    };
+    give_back_freed_heap();
+    let cleared = Proc::read();
+    println!(
+        "the {states} cached states: heap {:.0} → {:.0} MB once dropped ({:.2} MB a state; the cache estimated {:.2})",
+        kept.anon,
+        cleared.anon,
+        (kept.anon - cleared.anon) / states.max(1) as f64,
+        estimated as f64 / 1e6 / states.max(1) as f64
+    );
     let (word_cap, vector_cap) = (crate::index::OPEN_WORD_INDEXES, crate::index::OPEN_VECTOR_INDEXES);
     let cap = config.cached_memories.max(word_cap).max(vector_cap) as u64;
     let range = |xs: Vec<f64>| {

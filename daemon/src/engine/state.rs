@@ -438,6 +438,43 @@ impl State {
 
     /// Before the state is cached: drops the messages (and recall blocks) an op read beyond what
     /// is in view and the recent turns (they equal the store's; nothing unsaved is dropped).
+    /// An estimate of the heap this state holds, which the state cache keeps under its bound:
+    /// the texts of the messages and recall blocks it holds, and a size per record. About
+    /// right is enough: it keeps a few large memories from taking the room of many small ones.
+    pub fn resident_bytes(&self) -> usize {
+        use std::mem::size_of;
+        // A message's text is held twice (read out of the message as it came, which is kept)
+        // with the JSON value's nodes around it.
+        let messages: usize = self
+            .messages
+            .iter()
+            .map(|m| {
+                let calls: usize = m
+                    .message
+                    .tool_calls
+                    .iter()
+                    .map(|c| 2 * (c.id.len() + c.name.len() + c.arguments.len()) + 128)
+                    .sum();
+                size_of::<StoredMessage>() + 2 * m.message.text.len() + 256 + calls
+            })
+            .sum();
+        let recalls: usize = self
+            .recalls
+            .values()
+            .map(|b| size_of::<RecallBlock>() + b.text.len() + 160 * b.items.len())
+            .sum();
+        // The rest by count, so the estimate costs what is in view, not the memory's size: an
+        // episode's fact list, an entity's name and aliases, a fact's texts on average.
+        size_of::<State>()
+            + messages
+            + recalls
+            + self.episodes.len() * (size_of::<Episode>() + 48)
+            + self.entities.len() * (size_of::<Entity>() + 64)
+            + self.facts.resident() * (size_of::<Fact>() + 256)
+            + self.traces.len() * size_of::<Trace>()
+            + self.unit_scores.len() * (size_of::<UnitScore>() + 48)
+    }
+
     pub fn trim(&mut self) {
         if self.keep_whole {
             return;
