@@ -90,9 +90,14 @@ fn run_in(
 
 /// One decorate of `messages` (the whole history, as the client has it) in memory "c".
 fn decorate_full(engine: &Engine, messages: Value, now: f64) -> DecorateReply {
+    decorate_in(engine, "c", messages, now)
+}
+
+/// One decorate of `messages` (the whole history) in `memory`.
+fn decorate_in(engine: &Engine, memory: &str, messages: Value, now: f64) -> DecorateReply {
     engine
         .decorate(DecorateArgs {
-            memory: "c".into(),
+            memory: memory.into(),
             request: json!({"model": "gpt-4o", "messages": messages}),
             now: Some(now),
             dry_run: false,
@@ -243,20 +248,9 @@ fn the_state_cache_keeps_the_latest_states_within_its_memories_and_its_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
     let decorate = |engine: &Engine, memory: &str, now: f64| {
-        engine
-            .decorate(DecorateArgs {
-                memory: memory.into(),
-                request: json!({"model": "gpt-4o", "messages": [
-                    {"role": "user", "content": "Where is order #4410? It was due on Monday and the tracking page says nothing."}]}),
-                now: Some(now),
-                dry_run: false,
-                ceiling: Some(900),
-                agent: None,
-                user: None,
-                history: HistoryMode::Full,
-            })
-            .unwrap()
-            .request
+        let messages = json!([{"role": "user",
+            "content": "Where is order #4410? It was due on Monday and the tracking page says nothing."}]);
+        decorate_in(engine, memory, messages, now).request
     };
     let cache = |engine: &Engine| {
         let s = engine.stats().unwrap()["state_cache"].clone();
@@ -283,7 +277,13 @@ fn the_state_cache_keeps_the_latest_states_within_its_memories_and_its_bytes() {
         .map(|m| decorate(&by_bytes, m, 1_700_000_030.0))
         .collect();
     assert_eq!(cache(&by_bytes).0, 2, "two states fit in the bytes");
-    assert_eq!(again, first, "a state loaded again from the store decorates the same");
+    assert_eq!(
+        again, first,
+        "a state loaded from the store decorates as the cached one did"
+    );
+    // The first memory left; used again, it is loaded again, the same, and the second leaves.
+    assert_eq!(decorate(&by_bytes, "a", 1_700_000_045.0), first[0]);
+    assert_eq!(cache(&by_bytes).0, 2);
 
     // Room for one memory: however large, the one just used stays.
     let by_count = Engine::new(

@@ -86,12 +86,12 @@ impl Facts {
         self.whole = self.resident.len() as u64 == self.len;
     }
 
-    /// How many facts the memory has, resident or not.
     /// How many facts are resident.
     pub fn resident(&self) -> usize {
         self.resident.len()
     }
 
+    /// How many facts the memory has, resident or not.
     pub fn len(&self) -> u64 {
         self.len
     }

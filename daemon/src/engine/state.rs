@@ -436,8 +436,6 @@ impl State {
         Ok(older)
     }
 
-    /// Before the state is cached: drops the messages (and recall blocks) an op read beyond what
-    /// is in view and the recent turns (they equal the store's; nothing unsaved is dropped).
     /// An estimate of the heap this state holds, which the state cache keeps under its bound:
     /// the texts of the messages and recall blocks it holds, and a size per record. About
     /// right is enough: it keeps a few large memories from taking the room of many small ones.
@@ -475,6 +473,8 @@ impl State {
             + self.unit_scores.len() * (size_of::<UnitScore>() + 48)
     }
 
+    /// Before the state is cached: drops the messages (and recall blocks) an op read beyond what
+    /// is in view and the recent turns (they equal the store's; nothing unsaved is dropped).
     pub fn trim(&mut self) {
         if self.keep_whole {
             return;
