@@ -328,12 +328,14 @@ fn serve(over: Overrides) -> Result<(), ExitCode> {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    runtime
-        .block_on(recalld::run(settings, recalld::server::shutdown::signals()))
-        .map_err(|e| {
-            eprintln!("recalld: {e}");
-            ExitCode::FAILURE
-        })
+    let stop = {
+        let _inside = runtime.enter();
+        recalld::server::shutdown::signals()
+    };
+    runtime.block_on(recalld::run(settings, stop)).map_err(|e| {
+        eprintln!("recalld: {e}");
+        ExitCode::FAILURE
+    })
 }
 
 /// `recalld ui`: binds loopback, prints the page's address, serves until SIGINT or SIGTERM.
@@ -345,6 +347,10 @@ fn ui(at: &Where, port: u16, token: Option<String>) -> Result<(), ExitCode> {
         .enable_all()
         .build()
         .expect("tokio runtime");
+    let stop = {
+        let _inside = runtime.enter();
+        recalld::server::shutdown::signals()
+    };
     runtime.block_on(async {
         let opts = recalld::ui::Options {
             socket: s.socket.clone(),
@@ -362,7 +368,7 @@ fn ui(at: &Where, port: u16, token: Option<String>) -> Result<(), ExitCode> {
             );
         }
         println!("recalld ui: {}", server.url());
-        server.serve(recalld::server::shutdown::signals()).await;
+        server.serve(stop).await;
         Ok(())
     })
 }

@@ -33,13 +33,17 @@ impl Shutdown {
     }
 }
 
-/// Resolves on SIGTERM or SIGINT.
-pub async fn signals() {
+/// Installs the SIGTERM and SIGINT handlers at once (call it inside the runtime, before the
+/// socket opens) and resolves on either. Installed lazily, at the first poll, a signal that came
+/// once clients could connect killed the daemon by the default action instead of stopping it.
+pub fn signals() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = int.recv() => tracing::info!("SIGINT received"),
+    async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = int.recv() => tracing::info!("SIGINT received"),
+        }
     }
 }
