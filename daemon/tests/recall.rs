@@ -363,6 +363,68 @@ fn a_forgotten_turn_comes_back_grouped_dated_distilled_and_survives_an_index_reb
     );
 }
 
+const HELD_CEILING: u64 = 2_500;
+
+/// A relevant block makes room by holding back the least active live episodes. One of those
+/// is not noted yet (it is live), so its passages, cut as soon as it was, are what keeps it:
+/// a question about it gets its excerpt in the block, and the episode leaves the view.
+#[test]
+fn a_live_episode_the_block_holds_back_comes_back_as_an_excerpt() {
+    let d = Daemon::start_with_config(DEADLINE);
+    let mut c = converse(&d, "held");
+    c.now += 3_600.0;
+    // At a lower ceiling than the conversation had, the view leaves less room than a relevant
+    // block may take. The live episode it would hold back first: the least active.
+    let probe = c.decorate_at(Some(&question()), true, HELD_CEILING);
+    let hideable = probe["info"]["recall"]["room"]["hideable"].as_array().unwrap().clone();
+    let first = hideable
+        .first()
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("a block that holds back live history: {}", probe["info"]["recall"]));
+    let episode = probe["info"]["episodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["n"] == first)
+        .unwrap()
+        .clone();
+    assert_eq!(episode["state"], "live", "{episode}");
+    let i = episode["turns"][0].as_u64().unwrap() as usize - 1;
+
+    let asked = c.decorate_at(
+        Some(&format!("Which port does service {} listen on?", name(i))),
+        true,
+        HELD_CEILING,
+    );
+    let info = &asked["info"];
+    let (_, block) = recall_block(&asked["request"]).expect("a recall block");
+    assert!(
+        block.contains(&user_text(i)),
+        "turn {} is not in the block:\n{block}\n{}",
+        i + 1,
+        info["recall"]
+    );
+    assert!(
+        info["recall"]["holds_back"].as_array().unwrap().contains(&json!(first)),
+        "{}",
+        info["recall"]
+    );
+    assert!(
+        info["hidden_for_recall"].as_array().unwrap().contains(&json!(first)),
+        "{}",
+        info
+    );
+    // Shown once: in the block, not in the view as well.
+    let in_view = asked["request"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["content"].as_str() == Some(user_text(i).as_str()));
+    assert!(!in_view, "turn {} is both in view and in the block", i + 1);
+    // No fact of it exists yet: only the excerpt kept it.
+    assert!(!block.contains(&fact_text(i)) && !facts_block(&asked["request"]).contains(&fact_text(i)));
+}
+
 /// After a reply, the lane judges the facts the exchange leads to (the prepared walk), and the
 /// next message, a follow-up that names nothing, finds them ready in its recall block.
 #[test]

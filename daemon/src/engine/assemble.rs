@@ -177,6 +177,7 @@ impl Engine {
         ratio: Option<f64>,
         measure: &Measure,
         recall_limit: Option<u64>,
+        excerpted: &[u64],
     ) -> Assembled {
         let format = parsed.format;
         let role = parsed.instructions_role;
@@ -190,13 +191,7 @@ impl Engine {
         let mut hidden = Vec::new();
         let ceiling = measure.budget.ceiling;
         let mut total = measure.budget.fixed + measure.view;
-        let activations = || {
-            activation::of_episodes_where(st.episodes.len(), &st.traces, st.memory.updated_at, |n| {
-                st.episodes
-                    .get(n as usize)
-                    .is_some_and(|e| matches!(e.state, EpisodeState::Live | EpisodeState::Leaving))
-            })
-        };
+        let activations = || in_view_activations(st);
         // Takes an episode's messages out of the view; returns their size.
         let hold_back = |view: &mut Vec<&StoredMessage>, e: &Episode| -> u64 {
             let size = view
@@ -229,19 +224,25 @@ impl Engine {
                 hidden.push(e.n);
             }
         }
-        // A new recall block over the budget: the least active live episodes make room for it
-        // in this request only (never a leaving one: the note ask needs the model to see it).
+        // The live episodes the new recall block shows excerpts of leave the view in this
+        // request (the block says what they said); a block over the budget makes more room
+        // with the least active live episodes, in this request only (never a leaving one: the
+        // note ask needs the model to see it).
         let mut hidden_for_recall = Vec::new();
+        for e in excerpted.iter().filter_map(|&n| st.episodes.get(n as usize)) {
+            if e.state == EpisodeState::Live && !hidden.contains(&e.n) && !hidden_for_recall.contains(&e.n) {
+                total = total.saturating_sub(hold_back(&mut view, e));
+                hidden_for_recall.push(e.n);
+            }
+        }
         if let Some(limit) = recall_limit {
             let act = act.get_or_insert_with(activations);
-            let mut live: Vec<&Episode> = st
-                .episodes_in(EpisodeState::Live)
-                .filter(|e| !hidden.contains(&e.n))
-                .collect();
-            live.sort_by(|a, b| act[a.n as usize].total_cmp(&act[b.n as usize]).then(a.n.cmp(&b.n)));
-            for e in live {
+            for e in live_by_activation(st, act) {
                 if total <= limit {
                     break;
+                }
+                if hidden.contains(&e.n) || hidden_for_recall.contains(&e.n) {
+                    continue;
                 }
                 total = total.saturating_sub(hold_back(&mut view, e));
                 hidden_for_recall.push(e.n);
@@ -315,4 +316,23 @@ pub(super) struct Assembled {
     pub(super) hidden: Vec<u64>,
     pub(super) hidden_for_recall: Vec<u64>,
     pub(super) in_view: Vec<u64>,
+}
+
+/// The live episodes, least active first (by `act`, each episode's activation): the order a
+/// recall block holds them back from the view in. Recall reads the same order to know which
+/// ones its block may show excerpts of.
+pub(super) fn live_by_activation<'a>(st: &'a State, act: &[f64]) -> Vec<&'a Episode> {
+    let mut live: Vec<&Episode> = st.episodes_in(EpisodeState::Live).collect();
+    live.sort_by(|a, b| act[a.n as usize].total_cmp(&act[b.n as usize]).then(a.n.cmp(&b.n)));
+    live
+}
+
+/// The activation of each episode in view (live or leaving; 0 for the others) as of the
+/// memory's last op: what holding back goes by.
+pub(super) fn in_view_activations(st: &State) -> Vec<f64> {
+    activation::of_episodes_where(st.episodes.len(), &st.traces, st.memory.updated_at, |n| {
+        st.episodes
+            .get(n as usize)
+            .is_some_and(|e| matches!(e.state, EpisodeState::Live | EpisodeState::Leaving))
+    })
 }

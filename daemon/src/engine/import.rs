@@ -8,8 +8,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use super::records::{
-    Decision, Entity, Episode, EpisodeState, Fact, Job, JobKind, MemoryRecord, Passage, RecallBlock, Source,
-    StoredMessage, Trace, UnitScore, DECISIONS_KEPT,
+    Decision, Entity, Episode, Fact, Job, JobKind, MemoryRecord, Passage, RecallBlock, Source, StoredMessage, Trace,
+    UnitScore, DECISIONS_KEPT,
 };
 use super::{graph, state, Engine, EngineError};
 use crate::formats::{self, Format, Role};
@@ -124,10 +124,7 @@ impl Engine {
                 error: None,
             });
             record.next_job += 1;
-        } else if episodes
-            .iter()
-            .any(|e| matches!(e.state, EpisodeState::Sealed | EpisodeState::Forgotten) && !e.passaged)
-        {
+        } else if episodes.iter().any(|e| !e.passaged) {
             jobs.push(Job {
                 n: record.next_job,
                 at: record.updated_at,

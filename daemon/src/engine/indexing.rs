@@ -1,5 +1,5 @@
-//! Keeping a memory's search indexes current (the `Index` lane job): sealed episodes are cut
-//! into passages, embedded without the lock and stored under it; then the facts, passages and
+//! Keeping a memory's search indexes current (the `Index` lane job): episodes are cut into
+//! passages (as soon as they exist, live), embedded without the lock and stored under it; then the facts, passages and
 //! entities past the index's marks are added to the word and vector indexes, which are
 //! committed before the marks move. After each `Graph` job its new fact and entity vectors are
 //! added too, so the next job resolves names against an entity index that holds them. LMDB
@@ -8,7 +8,7 @@
 
 use super::passages::passages_of;
 use super::recall::Doc;
-use super::records::{EpisodeState, Fact, MemoryRecord, Passage, StoredMessage, VectorKind, VectorRecord};
+use super::records::{Fact, MemoryRecord, Passage, StoredMessage, VectorKind, VectorRecord};
 use super::state::{self, State};
 use super::{cut, graph, units, Engine, EngineError};
 use crate::index::{IndexError, Marks};
@@ -18,24 +18,17 @@ use crate::store::{keys, Reader, StoreError, Table};
 /// Passages cut per job at most (whole episodes; more are left to the next job).
 const PASSAGES_PER_JOB: usize = 256;
 
-/// The passages of sealed episodes not cut yet, numbered from the memory's next passage, with
+/// The passages of episodes not cut yet (live ones too: see [`Episode::passaged`](super::records::Episode::passaged)), numbered from the memory's next passage, with
 /// the text each is embedded from: a passage that is one whole tool step is embedded from the
 /// text the unit-scoring job embedded when the unit closed ([`cut::unit_text`]), so the
 /// embedding cache answers it (agent turns are mostly one large step each); any other passage
 /// from its own text. An episode older than the loaded state is read alone from the store.
-pub(super) fn passage_drafts(
-    st: &State,
-    r: &Reader<'_>,
-    passage_tokens: u64,
-) -> Result<(Vec<Passage>, Vec<String>), StoreError> {
+pub(super) fn passage_drafts(st: &State, r: &Reader<'_>, passage_tokens: u64) -> Result<Drafts, StoreError> {
     let mut next = st.memory.next_passage;
     let mut out = Vec::new();
     let mut texts = Vec::new();
-    for e in st
-        .episodes
-        .iter()
-        .filter(|e| matches!(e.state, EpisodeState::Sealed | EpisodeState::Forgotten) && !e.passaged)
-    {
+    let mut episodes = Vec::new();
+    for e in st.episodes.iter().filter(|e| !e.passaged) {
         if out.len() >= PASSAGES_PER_JOB {
             break;
         }
@@ -50,8 +43,21 @@ pub(super) fn passage_drafts(
         }
         next += ps.len() as u64;
         out.extend(ps);
+        episodes.push(e.n);
     }
-    Ok((out, texts))
+    Ok(Drafts {
+        passages: out,
+        texts,
+        episodes,
+    })
+}
+
+/// The passages cut from some episodes, the texts to embed them from, and the episodes cut
+/// (one whose messages are all notes or superseded has none, and is cut all the same).
+pub(super) struct Drafts {
+    pub passages: Vec<Passage>,
+    pub texts: Vec<String>,
+    pub episodes: Vec<u64>,
 }
 
 /// The text passage `p` is embedded from, given its history messages (see [`passage_drafts`]):
@@ -66,14 +72,17 @@ pub(super) fn embedding_text(p: &Passage, messages: &[&StoredMessage]) -> String
     }
 }
 
-/// Stores the passages (and their vectors) whose episodes are still sealed and not cut, and
-/// marks those episodes cut. False when the state moved since the snapshot (plan again).
-pub(super) fn apply_passages(st: &mut State, passages: Vec<Passage>, vectors: Option<ModelVectors>) -> bool {
+/// Stores the passages (and their vectors) cut from `episodes`, not cut yet, and marks those
+/// episodes cut. False when the state moved since the snapshot (plan again).
+pub(super) fn apply_passages(
+    st: &mut State,
+    passages: Vec<Passage>,
+    vectors: Option<ModelVectors>,
+    episodes: Vec<u64>,
+) -> bool {
     if passages.first().is_some_and(|p| p.n != st.memory.next_passage) {
         return false;
     }
-    let mut episodes: Vec<u64> = passages.iter().map(|p| p.episode).collect();
-    episodes.dedup();
     if episodes
         .iter()
         .any(|&e| st.episodes.get(e as usize).is_none_or(|e| e.passaged))
@@ -411,8 +420,62 @@ mod tests {
     use super::*;
     use crate::formats::Role;
 
+    const PASSAGE_TOKENS_FOR_TESTS: u64 = crate::engine::passages::PASSAGE_TOKENS;
+
     fn msg(mem: &mut MemoryRecord, role: Role, text: &str) -> StoredMessage {
         crate::engine::passages::tests::msg(mem, role, text, 0.0)
+    }
+
+    /// Live episodes are cut too, and an edit can leave one with no history to show: it is cut
+    /// all the same, or every index job would find it waiting and queue another.
+    #[test]
+    fn an_episode_with_nothing_to_show_is_cut_all_the_same() {
+        use crate::engine::records::{Episode, EpisodeState};
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(dir.path(), &Default::default()).unwrap();
+        let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
+        for (role, text) in [
+            (Role::User, "first"),
+            (Role::Assistant, "reply"),
+            (Role::User, "edited away"),
+            (Role::Assistant, "gone too"),
+        ] {
+            // Numbered by the push (the record's counter is the push's to move).
+            let mut record = st.memory.clone();
+            let m = msg(&mut record, role, text);
+            st.memory.turn = record.turn;
+            st.push_message(m);
+        }
+        st.message_mut(2).superseded_at = Some(1.0);
+        st.message_mut(3).superseded_at = Some(1.0);
+        for (first, last) in [(0, 1), (2, 3)] {
+            st.push_episode(Episode {
+                n: 0,
+                first_seq: first,
+                last_seq: last,
+                first_turn: first / 2 + 1,
+                last_turn: last / 2 + 1,
+                at: 0.0,
+                tokens: 10,
+                state: EpisodeState::Live,
+                acknowledged: false,
+                facts: Vec::new(),
+                changed_at: 0.0,
+                passaged: false,
+            });
+        }
+        assert!(st.needs_passages());
+        let drafts = store
+            .read(|r| passage_drafts(&st, r, PASSAGE_TOKENS_FOR_TESTS))
+            .unwrap();
+        assert_eq!(drafts.episodes, vec![0, 1], "live episodes are cut");
+        assert!(!drafts.passages.is_empty());
+        assert!(
+            drafts.passages.iter().all(|p| p.episode == 0),
+            "the second shows nothing"
+        );
+        assert!(apply_passages(&mut st, drafts.passages, None, drafts.episodes));
+        assert!(!st.needs_passages(), "nothing is left to cut again at every job");
     }
 
     #[test]

@@ -73,9 +73,9 @@ enum Snapshot {
     /// Facts to place in the graph (the planner reads the store itself; see `graph`).
     Graph(Vec<u64>),
     Reembed,
-    /// Passages of sealed episodes and the texts to embed them from (possibly none: the job
-    /// then only indexes).
-    Passages(Vec<Passage>, Vec<String>),
+    /// Passages of episodes not cut yet and the texts to embed them from (possibly none: the
+    /// job then only indexes).
+    Passages(indexing::Drafts),
     Distill(distill::Snapshot),
     Walk(walk::Snapshot),
     /// The job judges nothing (a cut is arithmetic).
@@ -95,8 +95,9 @@ enum Judged {
     Graph(graph::Plan),
     /// New embeddings, and whether more are left for another job.
     Vectors(Vec<(VectorKind, u64, VectorRecord)>, bool),
-    /// Passages with their vectors (model name, one per passage) when there is an embedder.
-    Passages(Vec<Passage>, Option<indexing::ModelVectors>),
+    /// Passages with their vectors (model name, one per passage) when there is an embedder,
+    /// and the episodes they were cut from.
+    Passages(Vec<Passage>, Option<indexing::ModelVectors>, Vec<u64>),
     /// The indices of a recall block's items to keep.
     Distilled {
         seq: u64,
@@ -209,8 +210,8 @@ impl Engine {
                     st.push_job(JobKind::Index, job.at);
                 }
             }
-            Judged::Passages(passages, vectors) => {
-                if !passages.is_empty() && !indexing::apply_passages(&mut st, passages, vectors) {
+            Judged::Passages(passages, vectors, episodes) => {
+                if !episodes.is_empty() && !indexing::apply_passages(&mut st, passages, vectors, episodes) {
                     self.keep(st);
                     return Ok(true);
                 }
@@ -229,6 +230,8 @@ impl Engine {
         if job.job == JobKind::Cut {
             let budget = self.cut_budget(&st);
             self.cut(&mut st, budget, false);
+            // The new episodes' passages, so a block that holds one back can show it.
+            self.queue_indexing(&mut st, job.at);
         }
         if job.job == JobKind::Index {
             // Passages are stored first; the indexes (derived data) are written after the
@@ -281,7 +284,7 @@ impl Engine {
                 .store
                 .read(|r| indexing::passage_drafts(st, r, self.config.passage_tokens))
             {
-                Ok((passages, texts)) => Snapshot::Passages(passages, texts),
+                Ok(drafts) => Snapshot::Passages(drafts),
                 Err(e) => Snapshot::Unreadable(e.to_string()),
             },
             JobKind::Distill { seq } => match self.distill_snapshot(st, *seq) {
@@ -351,10 +354,10 @@ impl Engine {
         if let Snapshot::Unreadable(error) = snapshot {
             return Judged::Failed(error);
         }
-        if let Snapshot::Passages(passages, texts) = snapshot {
+        if let Snapshot::Passages(d) = snapshot {
             // Passages are stored (and indexed by words) even without an embedder.
-            return match self.embed_passages(memory, &texts) {
-                Ok(vectors) => Judged::Passages(passages, vectors),
+            return match self.embed_passages(memory, &d.texts) {
+                Ok(vectors) => Judged::Passages(d.passages, vectors, d.episodes),
                 Err(e) => Judged::Failed(e),
             };
         }

@@ -623,6 +623,7 @@ impl Engine {
         // episodes are held back from this request to make room (`hidden_for_recall`); the next
         // fade settles it. A message nothing relevant answers ("thanks!") gets only what is free.
         let mut recall_limit = None;
+        let mut excerpted = Vec::new();
         let mut injected = None;
         if let (Some(q), Some(seq)) = (&query, new_user_seq) {
             // The cross-memory block first, in what the view leaves free (it holds nothing
@@ -672,22 +673,40 @@ impl Engine {
                 .map(|m| tokens::corrected(m.tokens as u64, ratio))
                 .sum();
             let unholdable = measure.view.saturating_sub(holdable);
+            let reserved = unused
+                .max(reserve)
+                .min(measure.budget.history.saturating_sub(unholdable));
+            // The live episodes a block of all that room would hold back (in the order
+            // assembly does): the block may show excerpts of them, since they leave the view.
+            let mut hideable = Vec::new();
+            let mut freed = 0;
+            if reserved > unused {
+                let act = assemble::in_view_activations(&st);
+                for e in assemble::live_by_activation(&st, &act) {
+                    if unused + freed >= reserved {
+                        break;
+                    }
+                    freed += st
+                        .messages_in(e.first_seq, e.last_seq)
+                        .filter(|m| fade::in_view(&st, m))
+                        .map(|m| tokens::corrected(m.tokens as u64, ratio))
+                        .sum::<u64>();
+                    hideable.push(e.n);
+                }
+            }
             let room = recall::Room {
                 free,
-                reserved: unused
-                    .max(reserve)
-                    .min(measure.budget.history.saturating_sub(unholdable)),
+                reserved,
+                hideable,
             };
             let has_own = self.indexes.is_some() && (st.memory.next_fact > 0 || st.memory.next_passage > 0);
             let recalled = if has_own {
-                self.recall(&st, q, seq, room, now)
+                self.recall(&st, q, seq, &room, now)
             } else {
-                recall::Recalled {
-                    block: None,
-                    info: Value::Null,
-                }
+                recall::Recalled::nothing()
             };
             measure.view -= tokens::corrected(across_tokens, ratio);
+            excerpted = recalled.excerpted;
             recall_info = recalled.info;
             if !across_info.is_null() {
                 recall_info = if recall_info.is_null() { json!({}) } else { recall_info };
@@ -744,7 +763,7 @@ impl Engine {
         }
 
         // 6. Assemble.
-        let assembled = self.assemble(&st, &parsed, ratio, &measure, recall_limit);
+        let assembled = self.assemble(&st, &parsed, ratio, &measure, recall_limit, &excerpted);
         st.memory.last_estimate = parsed.model.clone().map(|model| records::Estimate {
             model,
             tokens: assembled.tokens,

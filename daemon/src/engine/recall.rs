@@ -260,16 +260,31 @@ struct Candidate<'a> {
 
 /// The tokens a recall block may take: what the view leaves free, and what it may take by
 /// holding back live history when what it found is relevant.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct Room {
     pub free: u64,
     pub reserved: u64,
+    /// The live episodes a block of all the reserved room would hold back from the view: a
+    /// relevant block may show their passages, and the episodes it shows leave the view.
+    pub hideable: Vec<u64>,
 }
 
 /// What one decorate recalled, and the account of it for `info`.
 pub(super) struct Recalled {
     pub block: Option<RecallBlock>,
     pub info: Value,
+    /// The live episodes the block shows excerpts of (assembly holds them back).
+    pub excerpted: Vec<u64>,
+}
+
+impl Recalled {
+    pub(super) fn nothing() -> Recalled {
+        Recalled {
+            block: None,
+            info: Value::Null,
+            excerpted: Vec::new(),
+        }
+    }
 }
 
 /// Whether a fact is shown in the facts block (active, and written for an episode still
@@ -458,14 +473,11 @@ impl Engine {
     /// Searches, fuses, walks and fills a block for the user message `seq`, within `room`
     /// (its reserved part only when something found is relevant). Reads the indexes and the
     /// store; changes nothing.
-    pub(super) fn recall(&self, st: &State, q: &Query, seq: u64, room: Room, now: f64) -> Recalled {
+    pub(super) fn recall(&self, st: &State, q: &Query, seq: u64, room: &Room, now: f64) -> Recalled {
         let started = Instant::now();
         let memory = st.memory.id.as_str();
         let Some(ix) = &self.indexes else {
-            return Recalled {
-                block: None,
-                info: Value::Null,
-            };
+            return Recalled::nothing();
         };
         // 1. Searches. Words: the message, each part, the recent conversation ending with it.
         let mut lists: Vec<(String, Vec<u64>)> = Vec::new();
@@ -544,14 +556,31 @@ impl Engine {
         }
         let search_ms = started.elapsed().as_secs_f64() * 1e3;
 
-        // 2. Fuse by rank.
+        // 2. Fuse by rank, among what the block may show: passages of the episodes in view are
+        // indexed too (live ones are cut at once, see `Room::hideable`) and are left out of
+        // the lists first, so the conversation in progress takes no searches' places.
+        let _ = self.store.read(|r| {
+            let mut in_view: HashMap<u64, bool> = HashMap::new();
+            for (_, keys) in &mut lists {
+                keys.retain(|&key| {
+                    let Doc::Passage(n) = Doc::of(key) else { return true };
+                    !*in_view.entry(n).or_insert_with(|| {
+                        r.get::<Passage>(Table::Passages, &keys::seq(memory, n))
+                            .ok()
+                            .flatten()
+                            .is_some_and(|p| passage_in_view(st, &p, &room.hideable))
+                    })
+                });
+            }
+            Ok(())
+        });
         let fused = fuse(&lists);
         // The documents found, read in one transaction; one that cannot be read is left out.
         let mut candidates: Vec<Candidate> = Vec::new();
         let _ = self.store.read(|r| {
             for (key, (score, searches)) in fused {
                 let doc = Doc::of(key);
-                let Some(found) = read_found(r, st, doc) else {
+                let Some(found) = read_found(r, st, doc, &room.hideable) else {
                     continue;
                 };
                 let cosine = cosines.get(&key).copied();
@@ -582,6 +611,11 @@ impl Engine {
         let best_cosine = candidates.iter().filter_map(|c| c.cosine).reduce(f32::max);
         let relevant = q.vectors.is_empty() || best_cosine.is_some_and(|c| c >= self.config.recall_relevant_cosine);
         let budget = if relevant { room.reserved } else { room.free };
+        // A block that holds nothing back shows no live episode.
+        let hideable: &[u64] = if relevant { &room.hideable } else { &[] };
+        if !relevant {
+            candidates.retain(|c| !matches!(&c.found, Found::Passage(p) if passage_in_view(st, p, &[])));
+        }
 
         // 4b. Candidates that would not fill the room (a large ceiling): the message's meaning
         // search again, deeper; what it adds comes after every candidate found so far, in its
@@ -606,7 +640,7 @@ impl Engine {
                         let _ = self.store.read(|r| {
                             for (rank, &(key, cos)) in new.iter().enumerate() {
                                 let doc = Doc::of(key);
-                                if let Some(found) = read_found(r, st, doc) {
+                                if let Some(found) = read_found(r, st, doc, hideable) {
                                     costs.insert(doc, estimate(&found));
                                     candidates.push(Candidate {
                                         doc,
@@ -703,6 +737,15 @@ impl Engine {
             };
         }
         let shown = fits.as_ref().map_or(0, |f| f.0);
+        let mut excerpted: Vec<u64> = chosen[..shown]
+            .iter()
+            .filter_map(|c| match &c.found {
+                Found::Passage(p) if passage_in_view(st, p, &[]) => Some(p.episode),
+                _ => None,
+            })
+            .collect();
+        excerpted.sort_unstable();
+        excerpted.dedup();
         let block = fits.map(|(k, text, cost)| RecallBlock {
             seq,
             turn: st.memory.turn,
@@ -728,7 +771,8 @@ impl Engine {
         let info = json!({
             "budget": budget,
             "left_out": left_out,
-            "room": {"free": room.free, "reserved": room.reserved},
+            "room": {"free": room.free, "reserved": room.reserved, "hideable": room.hideable},
+            "holds_back": excerpted,
             "best_cosine": best_cosine,
             "relevant": relevant,
             "tokens": block.as_ref().map_or(0, |b| b.tokens),
@@ -753,7 +797,7 @@ impl Engine {
                 "total": q.embed_ms + started.elapsed().as_secs_f64() * 1e3,
             },
         });
-        Recalled { block, info }
+        Recalled { block, info, excerpted }
     }
 
     /// Adds the facts one entity away from the best facts found, scored by their source's score
@@ -833,12 +877,23 @@ fn shows_turns_of(c: &Candidate, f: &Fact) -> bool {
     }
 }
 
-/// A passage is in view while its episode is (it only exists once the episode sealed, but a
-/// restored or imported memory may differ).
-fn passage_in_view(st: &State, p: &Passage) -> bool {
-    st.episodes
-        .get(p.episode as usize)
-        .is_some_and(|e| matches!(e.state, EpisodeState::Live | EpisodeState::Leaving))
+/// Whether a passage is in the request's view: its episode is live or leaving, unless it is a
+/// live episode the block may hold back (`hideable`) whose messages are all still history (one
+/// superseded since would show words the history no longer holds).
+fn passage_in_view(st: &State, p: &Passage, hideable: &[u64]) -> bool {
+    let Some(e) = st.episodes.get(p.episode as usize) else {
+        return false;
+    };
+    match e.state {
+        EpisodeState::Leaving => true,
+        EpisodeState::Live => {
+            !hideable.contains(&e.n)
+                || st
+                    .messages_in(p.first_seq, p.last_seq)
+                    .any(|m| m.superseded_at.is_some() && !p.skipped.contains(&m.seq))
+        }
+        EpisodeState::Sealed | EpisodeState::Forgotten => false,
+    }
 }
 
 /// The facts on entity `e`'s edges, newest first; None when it has more than `hub` (a hub).
@@ -896,14 +951,14 @@ fn estimate(found: &Found) -> u64 {
 
 /// Document `doc` as recall may show it: an active fact not in the facts block, or a passage
 /// out of view. None when it is neither or cannot be read.
-fn read_found<'a>(r: &crate::store::Reader<'_>, st: &'a State, doc: Doc) -> Option<Found<'a>> {
+fn read_found<'a>(r: &crate::store::Reader<'_>, st: &'a State, doc: Doc, hideable: &[u64]) -> Option<Found<'a>> {
     match doc {
         Doc::Fact(n) => match st.fact_or_read(r, n) {
             Ok(Some(f)) if f.is_active() && !f.note.is_empty() && !in_facts_block(st, &f) => Some(Found::Fact(f)),
             _ => None,
         },
         Doc::Passage(n) => match super::state::read_passage(r, &st.memory.id, n) {
-            Ok(Some(p)) if !passage_in_view(st, &p) => Some(Found::Passage(p)),
+            Ok(Some(p)) if !passage_in_view(st, &p, hideable) => Some(Found::Passage(p)),
             _ => None,
         },
     }

@@ -467,9 +467,10 @@ fn a_new_messages_word_searches_are_made_while_it_embeds_and_made_again_when_the
         super::recall::Room {
             free: 2_000,
             reserved: 2_000,
+            hideable: Vec::new(),
         },
     );
-    let used = engine.recall(&st, &q, seq, room, T0 + 3_600.0 * 24.0);
+    let used = engine.recall(&st, &q, seq, &room, T0 + 3_600.0 * 24.0);
     assert_eq!(
         used.info["searched_while_embedding"],
         json!(["words:message", "words:recent"])
@@ -481,7 +482,7 @@ fn a_new_messages_word_searches_are_made_while_it_embeds_and_made_again_when_the
         *text = format!("earlier talk\n{text}");
         *hits = vec![u64::MAX];
     }
-    let searched = engine.recall(&st, &other, seq, room, T0 + 3_600.0 * 24.0);
+    let searched = engine.recall(&st, &other, seq, &room, T0 + 3_600.0 * 24.0);
     assert_eq!(searched.info["searched_while_embedding"], json!([]));
     assert_eq!(searched.info["searches"], used.info["searches"]);
     assert_eq!(searched.info["items"], used.info["items"]);

@@ -314,7 +314,9 @@ pub struct Episode {
     pub facts: Vec<u64>,
     #[serde(default)]
     pub changed_at: f64,
-    /// Whether the episode has been cut into passages (done in the lane once it seals).
+    /// Whether the episode has been cut into passages (done in the lane once the episode is
+    /// cut, live: a relevant recall block may hold a live episode back from the view, and its
+    /// passages are how it stays recallable then).
     #[serde(default)]
     pub passaged: bool,
 }

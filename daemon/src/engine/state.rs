@@ -292,11 +292,9 @@ impl State {
         self.new_facts > 0
     }
 
-    /// Whether sealed or forgotten episodes wait to be cut into passages.
+    /// Whether episodes wait to be cut into passages.
     pub fn needs_passages(&self) -> bool {
-        self.episodes
-            .iter()
-            .any(|e| matches!(e.state, EpisodeState::Sealed | EpisodeState::Forgotten) && !e.passaged)
+        self.episodes.iter().any(|e| !e.passaged)
     }
 
     pub fn has_new_jobs(&self) -> bool {
