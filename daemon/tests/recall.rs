@@ -423,6 +423,30 @@ fn a_live_episode_the_block_holds_back_comes_back_as_an_excerpt() {
     assert!(!in_view, "turn {} is both in view and in the block", i + 1);
     // No fact of it exists yet: only the excerpt kept it.
     assert!(!block.contains(&fact_text(i)) && !facts_block(&asked["request"]).contains(&fact_text(i)));
+
+    // Asked for real, the block is stored; while its turn is in progress (the same request
+    // again, as in a tool loop) it is shown, and the episode stays out of the view.
+    let q = format!("Which port does service {} listen on?", name(i));
+    c.history.push(json!({"role": "user", "content": q}));
+    for dry_run in [false, true] {
+        let again = c.decorate_at(None, dry_run, HELD_CEILING);
+        let (_, block) = recall_block(&again["request"]).expect("the turn's block is shown");
+        assert!(block.contains(&user_text(i)), "{block}");
+        assert!(
+            again["info"]["hidden_for_recall"]
+                .as_array()
+                .unwrap()
+                .contains(&json!(first)),
+            "{}",
+            again["info"]
+        );
+        let in_view = again["request"]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["content"].as_str() == Some(user_text(i).as_str()));
+        assert!(!in_view, "turn {} is both in view and in the block", i + 1);
+    }
 }
 
 /// After a reply, the lane judges the facts the exchange leads to (the prepared walk), and the

@@ -177,7 +177,6 @@ impl Engine {
         ratio: Option<f64>,
         measure: &Measure,
         recall_limit: Option<u64>,
-        excerpted: &[u64],
     ) -> Assembled {
         let format = parsed.format;
         let role = parsed.instructions_role;
@@ -224,12 +223,18 @@ impl Engine {
                 hidden.push(e.n);
             }
         }
-        // The live episodes the new recall block shows excerpts of leave the view in this
-        // request (the block says what they said); a block over the budget makes more room
-        // with the least active live episodes, in this request only (never a leaving one: the
-        // note ask needs the model to see it).
+        // The live episodes the recall block of the turn in progress shows excerpts of leave
+        // the view while it is shown (it says what they said; distilled, it keeps facts only);
+        // a new block over the budget makes more room with the least active live episodes, in
+        // this request only (never a leaving one: the note ask needs the model to see it).
         let mut hidden_for_recall = Vec::new();
-        for e in excerpted.iter().filter_map(|&n| st.episodes.get(n as usize)) {
+        let excerpted = st
+            .recalls
+            .values()
+            .filter(|b| !b.distilled && block_shown(st, b))
+            .flat_map(|b| b.items.iter().filter(|i| i.kind == "passage"))
+            .filter_map(|i| st.episode_of(i.seqs[0]));
+        for e in excerpted {
             if e.state == EpisodeState::Live && !hidden.contains(&e.n) && !hidden_for_recall.contains(&e.n) {
                 total = total.saturating_sub(hold_back(&mut view, e));
                 hidden_for_recall.push(e.n);

@@ -623,7 +623,6 @@ impl Engine {
         // episodes are held back from this request to make room (`hidden_for_recall`); the next
         // fade settles it. A message nothing relevant answers ("thanks!") gets only what is free.
         let mut recall_limit = None;
-        let mut excerpted = Vec::new();
         let mut injected = None;
         if let (Some(q), Some(seq)) = (&query, new_user_seq) {
             // The cross-memory block first, in what the view leaves free (it holds nothing
@@ -706,7 +705,6 @@ impl Engine {
                 recall::Recalled::nothing()
             };
             measure.view -= tokens::corrected(across_tokens, ratio);
-            excerpted = recalled.excerpted;
             recall_info = recalled.info;
             if !across_info.is_null() {
                 recall_info = if recall_info.is_null() { json!({}) } else { recall_info };
@@ -763,7 +761,7 @@ impl Engine {
         }
 
         // 6. Assemble.
-        let assembled = self.assemble(&st, &parsed, ratio, &measure, recall_limit, &excerpted);
+        let assembled = self.assemble(&st, &parsed, ratio, &measure, recall_limit);
         st.memory.last_estimate = parsed.model.clone().map(|model| records::Estimate {
             model,
             tokens: assembled.tokens,

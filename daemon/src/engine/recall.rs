@@ -265,7 +265,8 @@ pub(super) struct Room {
     pub free: u64,
     pub reserved: u64,
     /// The live episodes a block of all the reserved room would hold back from the view: a
-    /// relevant block may show their passages, and the episodes it shows leave the view.
+    /// relevant block may show their passages, and the episodes it shows leave the view while
+    /// it is shown (see `assemble`).
     pub hideable: Vec<u64>,
 }
 
@@ -273,8 +274,6 @@ pub(super) struct Room {
 pub(super) struct Recalled {
     pub block: Option<RecallBlock>,
     pub info: Value,
-    /// The live episodes the block shows excerpts of (assembly holds them back).
-    pub excerpted: Vec<u64>,
 }
 
 impl Recalled {
@@ -282,7 +281,6 @@ impl Recalled {
         Recalled {
             block: None,
             info: Value::Null,
-            excerpted: Vec::new(),
         }
     }
 }
@@ -737,6 +735,7 @@ impl Engine {
             };
         }
         let shown = fits.as_ref().map_or(0, |f| f.0);
+        // The live episodes it shows excerpts of (assembly holds them back while it is shown).
         let mut excerpted: Vec<u64> = chosen[..shown]
             .iter()
             .filter_map(|c| match &c.found {
@@ -797,7 +796,7 @@ impl Engine {
                 "total": q.embed_ms + started.elapsed().as_secs_f64() * 1e3,
             },
         });
-        Recalled { block, info, excerpted }
+        Recalled { block, info }
     }
 
     /// Adds the facts one entity away from the best facts found, scored by their source's score
