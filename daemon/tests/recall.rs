@@ -143,6 +143,15 @@ fn recall_block(request: &Value) -> Option<(usize, String)> {
     })
 }
 
+/// Whether the request holds a message saying exactly `text`.
+fn has_message(request: &Value, text: &str) -> bool {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["content"].as_str() == Some(text))
+}
+
 fn facts_block(request: &Value) -> String {
     request["messages"]
         .as_array()
@@ -415,12 +424,11 @@ fn a_live_episode_the_block_holds_back_comes_back_as_an_excerpt() {
         info
     );
     // Shown once: in the block, not in the view as well.
-    let in_view = asked["request"]["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|m| m["content"].as_str() == Some(user_text(i).as_str()));
-    assert!(!in_view, "turn {} is both in view and in the block", i + 1);
+    assert!(
+        !has_message(&asked["request"], &user_text(i)),
+        "turn {} is both in view and in the block",
+        i + 1
+    );
     // No fact of it exists yet: only the excerpt kept it.
     assert!(!block.contains(&fact_text(i)) && !facts_block(&asked["request"]).contains(&fact_text(i)));
 
@@ -440,12 +448,11 @@ fn a_live_episode_the_block_holds_back_comes_back_as_an_excerpt() {
             "{}",
             again["info"]
         );
-        let in_view = again["request"]["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|m| m["content"].as_str() == Some(user_text(i).as_str()));
-        assert!(!in_view, "turn {} is both in view and in the block", i + 1);
+        assert!(
+            !has_message(&again["request"], &user_text(i)),
+            "turn {} is both in view and in the block",
+            i + 1
+        );
     }
 }
 
