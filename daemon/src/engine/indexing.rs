@@ -1,8 +1,8 @@
 //! Keeping a memory's search indexes current (the `Index` lane job): episodes are cut into
-//! passages (as soon as they exist, live), embedded without the lock and stored under it; then the facts, passages and
-//! entities past the index's marks are added to the word and vector indexes, which are
-//! committed before the marks move. After each `Graph` job its new fact and entity vectors are
-//! added too, so the next job resolves names against an entity index that holds them. LMDB
+//! passages as soon as they exist (live), embedded without the lock and stored under it; then
+//! the facts, passages and entities past the index's marks are added to the word and vector
+//! indexes, which are committed before the marks move. After each `Graph` job its new fact and
+//! entity vectors are added too, so the next job resolves names against an entity index that holds them. LMDB
 //! stays the truth: indexes behind their memory (or missing) are brought up to date or rebuilt,
 //! by the next job or by the check at start (which only reads the store).
 
@@ -18,11 +18,12 @@ use crate::store::{keys, Reader, StoreError, Table};
 /// Passages cut per job at most (whole episodes; more are left to the next job).
 const PASSAGES_PER_JOB: usize = 256;
 
-/// The passages of episodes not cut yet (live ones too: see [`Episode::passaged`](super::records::Episode::passaged)), numbered from the memory's next passage, with
-/// the text each is embedded from: a passage that is one whole tool step is embedded from the
-/// text the unit-scoring job embedded when the unit closed ([`cut::unit_text`]), so the
-/// embedding cache answers it (agent turns are mostly one large step each); any other passage
-/// from its own text. An episode older than the loaded state is read alone from the store.
+/// The passages of episodes not cut yet (live ones too, see
+/// [`Episode::passaged`](super::records::Episode::passaged)), numbered from the memory's next
+/// passage, with the text each is embedded from: a passage that is one whole tool step is
+/// embedded from the text the unit-scoring job embedded when the unit closed
+/// ([`cut::unit_text`]), so the embedding cache answers it (agent turns are mostly one large step
+/// each); any other passage from its own text. An episode older than the loaded state is read alone from the store.
 pub(super) fn passage_drafts(st: &State, r: &Reader<'_>, passage_tokens: u64) -> Result<Drafts, StoreError> {
     let mut next = st.memory.next_passage;
     let mut out = Vec::new();
@@ -420,8 +421,6 @@ mod tests {
     use super::*;
     use crate::formats::Role;
 
-    const PASSAGE_TOKENS_FOR_TESTS: u64 = crate::engine::passages::PASSAGE_TOKENS;
-
     fn msg(mem: &mut MemoryRecord, role: Role, text: &str) -> StoredMessage {
         crate::engine::passages::tests::msg(mem, role, text, 0.0)
     }
@@ -466,7 +465,7 @@ mod tests {
         }
         assert!(st.needs_passages());
         let drafts = store
-            .read(|r| passage_drafts(&st, r, PASSAGE_TOKENS_FOR_TESTS))
+            .read(|r| passage_drafts(&st, r, crate::engine::passages::PASSAGE_TOKENS))
             .unwrap();
         assert_eq!(drafts.episodes, vec![0, 1], "live episodes are cut");
         assert!(!drafts.passages.is_empty());

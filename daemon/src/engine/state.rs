@@ -279,7 +279,7 @@ impl State {
         self.recalls.insert(block.seq, block);
     }
 
-    /// Stores passages cut from a sealed episode (numbered by the caller from `next_passage`).
+    /// Stores passages cut from episodes (numbered by the caller from `next_passage`).
     pub fn push_passages(&mut self, passages: Vec<Passage>) {
         if let Some(last) = passages.last() {
             self.memory.next_passage = self.memory.next_passage.max(last.n + 1);
