@@ -2,9 +2,9 @@
 //! passages as soon as they exist (live), embedded without the lock and stored under it; then
 //! the facts, passages and entities past the index's marks are added to the word and vector
 //! indexes, which are committed before the marks move. After each `Graph` job its new fact and
-//! entity vectors are added too, so the next job resolves names against an entity index that holds them. LMDB
-//! stays the truth: indexes behind their memory (or missing) are brought up to date or rebuilt,
-//! by the next job or by the check at start (which only reads the store).
+//! entity vectors are added too, so the next job resolves names against an entity index that
+//! holds them. LMDB stays the truth: indexes behind their memory (or missing) are brought up to
+//! date or rebuilt, by the next job or by the check at start (which only reads the store).
 
 use super::passages::passages_of;
 use super::recall::Doc;
