@@ -548,7 +548,7 @@ fn an_unrelated_memory_recalls_nothing_and_a_fresh_memory_needs_no_embedding() {
 
 /// What the first searches found fills a block at a small ceiling; at a large one it would not,
 /// so the message's meaning search runs again deeper, and what it adds comes after everything
-/// they found.
+/// they found but the filler: what only the recent conversation's words found goes last.
 #[test]
 fn a_block_with_room_to_spare_searches_deeper_and_a_full_one_does_not() {
     let d = Daemon::start_with_config(DEADLINE);
@@ -567,7 +567,11 @@ fn a_block_with_room_to_spare_searches_deeper_and_a_full_one_does_not() {
         .iter()
         .position(deeper_only)
         .unwrap_or_else(|| panic!("an item only the deeper search found: {r}"));
-    assert!(items[first_deeper..].iter().all(deeper_only), "{r}");
+    let filler = |i: &Value| i["searches"] == json!(["words:recent"]);
+    let first_filler = items.iter().position(filler).unwrap_or(items.len());
+    assert!(first_deeper < first_filler, "{r}");
+    assert!(items[first_deeper..first_filler].iter().all(deeper_only), "{r}");
+    assert!(items[first_filler..].iter().all(filler), "{r}");
     assert!(
         items.len() > full["info"]["recall"]["items"].as_array().unwrap().len(),
         "{r}"

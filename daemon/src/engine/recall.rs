@@ -28,7 +28,7 @@ pub(super) const RRF_K: f64 = 60.0;
 /// Hits taken from each search.
 const HITS: usize = 24;
 /// Hits of the deeper meaning search, run when the first searches' candidates would not fill
-/// the block's room.
+/// the block's room (not counting filler: what only the recent conversation's words found).
 const DEEP_HITS: usize = 192;
 /// Each message part's best documents placed first in the block (when the message has parts).
 const PART_LEADS: usize = 2;
@@ -615,14 +615,20 @@ impl Engine {
             candidates.retain(|c| !matches!(&c.found, Found::Passage(p) if passage_in_view(st, p, &[])));
         }
 
-        // 4b. Candidates that would not fill the room (a large ceiling): the message's meaning
-        // search again, deeper; what it adds comes after every candidate found so far, in its
-        // rank, so it changes nothing where the first searches already fill the block.
+        // 4b. Candidates that would not fill the room (a large ceiling, or a message whose own
+        // searches found little): the message's meaning search again, deeper; what it adds
+        // comes after every candidate found so far but the filler (below), in its rank, so it
+        // changes nothing where the first searches already fill the block.
         // Each candidate's cost counted once (the fill asks again as items come and go); a
         // passage's was counted when it was cut.
         let deeper_started = Instant::now();
         let mut costs: HashMap<Doc, u64> = candidates.iter().map(|c| (c.doc, estimate(&c.found))).collect();
-        let pool: u64 = costs.values().sum();
+        // What only the recent conversation's words found is filler: it steers a follow-up
+        // that names nothing, but for a message with a subject of its own it is the turns
+        // before it, about something else. It does not count as filling the room, and it
+        // goes after what the deeper search adds.
+        let filler = |c: &Candidate| c.searches.iter().all(|s| s == "words:recent");
+        let pool: u64 = candidates.iter().filter(|c| !filler(c)).map(|c| costs[&c.doc]).sum();
         if pool < budget && started.elapsed() > search_budget {
             skipped.push("meaning:deeper".into());
         } else if pool < budget {
@@ -652,6 +658,8 @@ impl Engine {
                             Ok(())
                         });
                         lists.push((name.into(), new.into_iter().map(|(k, _)| k).collect()));
+                        // A stable sort: each group keeps its order.
+                        candidates.sort_by_key(|c| filler(c));
                     }
                     Err(e) => errors.push(e.to_string()),
                 }
