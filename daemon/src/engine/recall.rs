@@ -637,15 +637,27 @@ impl Engine {
                     Ok(hits) => {
                         let name = "meaning:deeper";
                         let known: HashSet<Doc> = candidates.iter().map(|c| c.doc).collect();
-                        let new: Vec<(u64, f32)> = hits
+                        let mut new: Vec<(u64, f32)> = hits
                             .into_iter()
                             .filter(|(k, _)| !known.contains(&Doc::of(*k)))
                             .collect();
+                        // Read only as far as the room could take, twice over (an item may be
+                        // left out, the render costs more than the estimates): past that a hit
+                        // only fills a gap, and reading a passage reads its messages.
+                        let room_left = budget - pool;
+                        let mut added = 0;
+                        let mut read = 0;
                         let _ = self.store.read(|r| {
                             for (rank, &(key, cos)) in new.iter().enumerate() {
+                                if added >= 2 * room_left {
+                                    break;
+                                }
+                                read = rank + 1;
                                 let doc = Doc::of(key);
                                 if let Some(found) = read_found(r, st, doc, hideable) {
-                                    costs.insert(doc, estimate(&found));
+                                    let cost = estimate(&found);
+                                    added += cost;
+                                    costs.insert(doc, cost);
                                     candidates.push(Candidate {
                                         doc,
                                         found,
@@ -657,6 +669,7 @@ impl Engine {
                             }
                             Ok(())
                         });
+                        new.truncate(read);
                         lists.push((name.into(), new.into_iter().map(|(k, _)| k).collect()));
                         // A stable sort: each group keeps its order.
                         candidates.sort_by_key(|c| filler(c));
