@@ -626,7 +626,8 @@ impl Engine {
         // What only the recent conversation's words found is filler: it steers a follow-up
         // that names nothing, but for a message with a subject of its own it is the turns
         // before it, about something else. It does not count as filling the room, and it
-        // goes after what the deeper search adds.
+        // goes after what the deeper search adds (LoCoMo dev at 8k: 0.921 → 0.928; README,
+        // Benchmarks).
         let filler = |c: &Candidate| c.searches.iter().all(|s| s == "words:recent");
         let pool: u64 = candidates.iter().filter(|c| !filler(c)).map(|c| costs[&c.doc]).sum();
         if pool < budget && started.elapsed() > search_budget {
