@@ -332,6 +332,14 @@ pub(super) fn live_by_activation<'a>(st: &'a State, act: &[f64]) -> Vec<&'a Epis
     live
 }
 
+/// The tokens episode `e`'s messages take in the view: what holding it back frees.
+pub(super) fn view_tokens(st: &State, e: &Episode, ratio: Option<f64>) -> u64 {
+    st.messages_in(e.first_seq, e.last_seq)
+        .filter(|m| in_view(st, m))
+        .map(|m| tokens::corrected(m.tokens as u64, ratio))
+        .sum()
+}
+
 /// The activation of each episode in view (live or leaving; 0 for the others) as of the
 /// memory's last op: what holding back goes by.
 pub(super) fn in_view_activations(st: &State) -> Vec<f64> {

@@ -667,9 +667,7 @@ impl Engine {
                 .episodes
                 .iter()
                 .filter(|e| matches!(e.state, EpisodeState::Live | EpisodeState::Leaving))
-                .flat_map(|e| st.messages_in(e.first_seq, e.last_seq))
-                .filter(|m| fade::in_view(&st, m))
-                .map(|m| tokens::corrected(m.tokens as u64, ratio))
+                .map(|e| assemble::view_tokens(&st, e, ratio))
                 .sum();
             let unholdable = measure.view.saturating_sub(holdable);
             let reserved = unused
@@ -685,11 +683,7 @@ impl Engine {
                     if unused + freed >= reserved {
                         break;
                     }
-                    freed += st
-                        .messages_in(e.first_seq, e.last_seq)
-                        .filter(|m| fade::in_view(&st, m))
-                        .map(|m| tokens::corrected(m.tokens as u64, ratio))
-                        .sum::<u64>();
+                    freed += assemble::view_tokens(&st, e, ratio);
                     hideable.push(e.n);
                 }
             }
