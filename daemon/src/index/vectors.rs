@@ -871,9 +871,13 @@ mod tests {
             "a keys file naming its own index is trusted"
         );
         drop(reopened);
-        // A crash between the renames: the new keys file beside the index file before it.
-        std::fs::remove_file(&index).unwrap();
-        std::fs::write(&index, first_index).unwrap();
+        // A crash between the renames: the new keys file beside the index file before it. The
+        // old file is written beside the current one and renamed over it, as a save does, so it
+        // is another inode (removed first and written again, the file system may give it the
+        // inode just freed, and with the same length it would be the same file by identity).
+        let older = mdir.join("vectors.usearch.older");
+        std::fs::write(&older, first_index).unwrap();
+        std::fs::rename(&older, &index).unwrap();
         let stamped = std::fs::read(&keys).unwrap();
         assert_eq!(stamped.len(), 8 * (4 + 2), "the index file's identity, then the keys");
         let v = Vectors::open(dir.path(), DIM, "vectors", 8).unwrap();
