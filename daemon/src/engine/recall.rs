@@ -556,18 +556,23 @@ impl Engine {
 
         // 2. Fuse by rank, among what the block may show: passages of the episodes in view are
         // indexed too (live ones are cut at once, see `Room::hideable`) and are left out of
-        // the lists first, so the conversation in progress takes no searches' places.
+        // the lists first (with any that cannot be read), so the conversation in progress takes
+        // no searches' places. The records read here are the candidates' (their text is read
+        // only then).
+        let mut out_of_view: HashMap<u64, Option<Passage>> = HashMap::new();
         let _ = self.store.read(|r| {
-            let mut in_view: HashMap<u64, bool> = HashMap::new();
             for (_, keys) in &mut lists {
                 keys.retain(|&key| {
                     let Doc::Passage(n) = Doc::of(key) else { return true };
-                    !*in_view.entry(n).or_insert_with(|| {
-                        r.get::<Passage>(Table::Passages, &keys::seq(memory, n))
-                            .ok()
-                            .flatten()
-                            .is_some_and(|p| passage_in_view(st, &p, &room.hideable))
-                    })
+                    out_of_view
+                        .entry(n)
+                        .or_insert_with(|| {
+                            r.get::<Passage>(Table::Passages, &keys::seq(memory, n))
+                                .ok()
+                                .flatten()
+                                .filter(|p| !passage_in_view(st, p, &room.hideable))
+                        })
+                        .is_some()
                 });
             }
             Ok(())
@@ -578,7 +583,14 @@ impl Engine {
         let _ = self.store.read(|r| {
             for (key, (score, searches)) in fused {
                 let doc = Doc::of(key);
-                let Some(found) = read_found(r, st, doc, &room.hideable) else {
+                let found = match doc {
+                    Doc::Passage(n) => out_of_view.remove(&n).flatten().and_then(|mut p| {
+                        super::state::passage_text(r, memory, &mut p).ok()?;
+                        Some(Found::Passage(p))
+                    }),
+                    Doc::Fact(_) => read_found(r, st, doc, &room.hideable),
+                };
+                let Some(found) = found else {
                     continue;
                 };
                 let cosine = cosines.get(&key).copied();
