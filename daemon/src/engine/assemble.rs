@@ -332,10 +332,11 @@ pub(super) fn live_by_activation<'a>(st: &'a State, act: &[f64]) -> Vec<&'a Epis
     live
 }
 
-/// The tokens episode `e`'s messages take in the view: what holding it back frees.
+/// The tokens episode `e`'s messages take in the view: what holding it back frees. Its note
+/// calls and superseded messages are in its range but never in the view.
 pub(super) fn view_tokens(st: &State, e: &Episode, ratio: Option<f64>) -> u64 {
     st.messages_in(e.first_seq, e.last_seq)
-        .filter(|m| in_view(st, m))
+        .filter(|m| m.in_history() && in_view(st, m))
         .map(|m| tokens::corrected(m.tokens as u64, ratio))
         .sum()
 }
@@ -348,4 +349,55 @@ pub(super) fn in_view_activations(st: &State) -> Vec<f64> {
             .get(n as usize)
             .is_some_and(|e| matches!(e.state, EpisodeState::Live | EpisodeState::Leaving))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::records::EpisodeState;
+    use crate::formats::Role;
+
+    /// What holding an episode back frees is what it shows in the view: its note calls and
+    /// superseded messages sit in its range but are never shown, so they free nothing.
+    #[test]
+    fn an_episodes_view_tokens_leave_out_its_note_calls_and_superseded_messages() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(dir.path(), &Default::default()).unwrap();
+        let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
+        for (role, tokens) in [
+            (Role::User, 10),
+            (Role::Assistant, 200),
+            (Role::Assistant, 300),
+            (Role::Assistant, 20),
+        ] {
+            let mut record = st.memory.clone();
+            let mut m = crate::engine::passages::tests::msg(&mut record, role, "text", 0.0);
+            m.tokens = tokens;
+            st.memory.turn = record.turn;
+            st.push_message(m);
+        }
+        st.message_mut(1).note = true;
+        st.message_mut(2).superseded_at = Some(1.0);
+        st.push_episode(Episode {
+            n: 0,
+            first_seq: 0,
+            last_seq: 3,
+            first_turn: 1,
+            last_turn: 1,
+            at: 0.0,
+            tokens: 30,
+            state: EpisodeState::Live,
+            acknowledged: false,
+            facts: Vec::new(),
+            changed_at: 0.0,
+            passaged: false,
+        });
+        let e = st.episodes[0].clone();
+        assert_eq!(view_tokens(&st, &e, None), 30);
+        let shown: u64 = st.history().filter(|m| in_view(&st, m)).map(|m| m.tokens as u64).sum();
+        assert_eq!(view_tokens(&st, &e, None), shown, "what the view holds of it");
+        st.episode_mut(0).state = EpisodeState::Sealed;
+        let e = st.episodes[0].clone();
+        assert_eq!(view_tokens(&st, &e, None), 0, "a sealed episode is out of view");
+    }
 }
