@@ -378,20 +378,7 @@ mod tests {
         }
         st.message_mut(1).note = true;
         st.message_mut(2).superseded_at = Some(1.0);
-        st.push_episode(Episode {
-            n: 0,
-            first_seq: 0,
-            last_seq: 3,
-            first_turn: 1,
-            last_turn: 1,
-            at: 0.0,
-            tokens: 30,
-            state: EpisodeState::Live,
-            acknowledged: false,
-            facts: Vec::new(),
-            changed_at: 0.0,
-            passaged: false,
-        });
+        st.push_episode(Episode::spanning((0, 3), (1, 1), 30, EpisodeState::Live));
         let e = st.episodes[0].clone();
         assert_eq!(view_tokens(&st, &e, None), 30);
         let shown: u64 = st.history().filter(|m| in_view(&st, m)).map(|m| m.tokens as u64).sum();

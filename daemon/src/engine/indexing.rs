@@ -448,20 +448,12 @@ mod tests {
         st.message_mut(2).superseded_at = Some(1.0);
         st.message_mut(3).superseded_at = Some(1.0);
         for (first, last) in [(0, 1), (2, 3)] {
-            st.push_episode(Episode {
-                n: 0,
-                first_seq: first,
-                last_seq: last,
-                first_turn: first / 2 + 1,
-                last_turn: last / 2 + 1,
-                at: 0.0,
-                tokens: 10,
-                state: EpisodeState::Live,
-                acknowledged: false,
-                facts: Vec::new(),
-                changed_at: 0.0,
-                passaged: false,
-            });
+            st.push_episode(Episode::spanning(
+                (first, last),
+                (first / 2 + 1, last / 2 + 1),
+                10,
+                EpisodeState::Live,
+            ));
         }
         assert!(st.needs_passages());
         let drafts = store

@@ -1203,22 +1203,17 @@ mod tests {
         // Episodes 0–5: 0 and 1 forgotten, 2–4 sealed, 5 live.
         for k in 0..6u64 {
             st.push_episode(Episode {
-                n: 0,
-                first_seq: 2 * k,
-                last_seq: 2 * k + 1,
-                first_turn: k + 1,
-                last_turn: k + 1,
-                at: 0.0,
-                tokens: 10,
-                state: match k {
-                    0 | 1 => EpisodeState::Forgotten,
-                    5 => EpisodeState::Live,
-                    _ => EpisodeState::Sealed,
-                },
                 acknowledged: true,
-                facts: Vec::new(),
-                changed_at: 0.0,
-                passaged: false,
+                ..Episode::spanning(
+                    (2 * k, 2 * k + 1),
+                    (k + 1, k + 1),
+                    10,
+                    match k {
+                        0 | 1 => EpisodeState::Forgotten,
+                        5 => EpisodeState::Live,
+                        _ => EpisodeState::Sealed,
+                    },
+                )
             });
         }
         // Two facts per episode, written as notes write them (each listed on its episode).

@@ -883,22 +883,20 @@ fn write_memory(
         if i % 10 == 9 {
             let k = i / 10;
             st.push_episode(Episode {
-                n: 0,
-                first_seq: i - 9,
-                last_seq: i,
-                first_turn: (i - 9) / 2 + 1,
-                last_turn: turn,
                 at,
-                tokens: 200,
-                state: if k < live_from {
-                    EpisodeState::Forgotten
-                } else {
-                    EpisodeState::Live
-                },
                 acknowledged: true,
-                facts: Vec::new(),
                 changed_at: at,
                 passaged: k < live_from,
+                ..Episode::spanning(
+                    (i - 9, i),
+                    ((i - 9) / 2 + 1, turn),
+                    200,
+                    if k < live_from {
+                        EpisodeState::Forgotten
+                    } else {
+                        EpisodeState::Live
+                    },
+                )
             });
         }
         let episode = i / 10;

@@ -321,6 +321,28 @@ pub struct Episode {
     pub passaged: bool,
 }
 
+#[cfg(test)]
+impl Episode {
+    /// An episode over `seqs` and `turns` (first and last, inclusive) as tests build one:
+    /// numbered when pushed, encoded at time 0, no note taken, no facts, not cut into passages.
+    pub fn spanning(seqs: (u64, u64), turns: (u64, u64), tokens: u64, state: EpisodeState) -> Episode {
+        Episode {
+            n: 0,
+            first_seq: seqs.0,
+            last_seq: seqs.1,
+            first_turn: turns.0,
+            last_turn: turns.1,
+            at: 0.0,
+            tokens,
+            state,
+            acknowledged: false,
+            facts: Vec::new(),
+            changed_at: 0.0,
+            passaged: false,
+        }
+    }
+}
+
 /// Why a trace exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

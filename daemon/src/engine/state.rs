@@ -1047,22 +1047,17 @@ mod tests {
         }
         for k in 0..25u64 {
             st.push_episode(Episode {
-                n: 0,
-                first_seq: 4 * k,
-                last_seq: 4 * k + 3,
-                first_turn: 2 * k + 1,
-                last_turn: 2 * k + 2,
-                at: 0.0,
-                tokens: 10,
-                state: if k < 20 {
-                    EpisodeState::Sealed
-                } else {
-                    EpisodeState::Live
-                },
                 acknowledged: k < 20,
-                facts: Vec::new(),
-                changed_at: 0.0,
-                passaged: false,
+                ..Episode::spanning(
+                    (4 * k, 4 * k + 3),
+                    (2 * k + 1, 2 * k + 2),
+                    10,
+                    if k < 20 {
+                        EpisodeState::Sealed
+                    } else {
+                        EpisodeState::Live
+                    },
+                )
             });
         }
     }
@@ -1487,22 +1482,19 @@ mod tests {
             if i % 10 == 9 {
                 let k = i / 10;
                 st.push_episode(Episode {
-                    n: 0,
-                    first_seq: i - 9,
-                    last_seq: i,
-                    first_turn: (i - 9) / 2 + 1,
-                    last_turn: i / 2 + 1,
                     at: i as f64,
-                    tokens: 900,
-                    state: if k + 20 < n / 10 {
-                        EpisodeState::Sealed
-                    } else {
-                        EpisodeState::Live
-                    },
                     acknowledged: true,
-                    facts: Vec::new(),
-                    changed_at: 0.0,
                     passaged: true,
+                    ..Episode::spanning(
+                        (i - 9, i),
+                        ((i - 9) / 2 + 1, i / 2 + 1),
+                        900,
+                        if k + 20 < n / 10 {
+                            EpisodeState::Sealed
+                        } else {
+                            EpisodeState::Live
+                        },
+                    )
                 });
             }
             if i % 10_000 == 9_999 {
