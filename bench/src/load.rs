@@ -407,6 +407,11 @@ fn storage(data: &Path, stats: &Value, agents: &[Agent]) -> Storage {
             t.sort_by_key(|b| std::cmp::Reverse(b.1));
             t
         },
+        group_commits: {
+            let g = &stats["store_groups"];
+            let n = |k: &str| g[k].as_u64().unwrap_or(0);
+            (n("commits"), n("writes"), n("all_writes"))
+        },
     }
 }
 

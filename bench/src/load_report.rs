@@ -80,6 +80,9 @@ pub struct Storage {
     pub raw_bytes_per_message: f64,
     /// `stats.store_tables`: the store's tables by the bytes of their pages, largest first.
     pub tables: Vec<(String, u64)>,
+    /// `stats.store_groups`: commits that held several writes, the writes they held, and every
+    /// write since the daemon started.
+    pub group_commits: (u64, u64, u64),
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -291,6 +294,13 @@ impl LoadReport {
                     .map(|(t, b)| format!("{t} {:.0} B", *b as f64 / s.messages_stored.max(1) as f64))
                     .collect::<Vec<_>>()
                     .join(", "),
+            ),
+            (
+                "writes sharing a commit (`stats.store_groups`)".into(),
+                format!(
+                    "{} of {} writes, in {} commits",
+                    s.group_commits.1, s.group_commits.2, s.group_commits.0
+                ),
             ),
             (
                 "cold start on that data".into(),

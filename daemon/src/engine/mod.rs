@@ -1170,6 +1170,7 @@ impl Engine {
                 tables,
             ))
         })?;
+        let groups = self.store.group_commits();
         let state_cache = {
             let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             json!({"memories": cache.order.len(), "bytes": cache.bytes})
@@ -1182,6 +1183,9 @@ impl Engine {
             // Per table: entries and the bytes of its pages (where the disk goes).
             "store_tables": tables,
             "store_map_bytes": self.store.map_size(),
+            // Commits that held more than one op's writes (group commit), the writes they held,
+            // and every write since the start.
+            "store_groups": {"commits": groups.0, "writes": groups.1, "all_writes": groups.2},
             "jobs_pending": self.pending_jobs()?.1,
             "lanes": self.lane_stats()?,
             "models": self.models.as_ref().map(Models::stats),

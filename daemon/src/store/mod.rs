@@ -7,6 +7,7 @@
 //! never lost to MDB_MAP_FULL.
 
 pub mod backup;
+mod group;
 pub mod keys;
 
 use std::path::{Path, PathBuf};
@@ -270,6 +271,8 @@ pub struct Store {
     /// open transaction while the map is resized).
     resize: RwLock<()>,
     path: PathBuf,
+    /// Writes waiting to share the next commit.
+    group: group::Group,
 }
 
 impl std::fmt::Debug for Store {
@@ -304,6 +307,7 @@ impl Store {
             dbs,
             resize: RwLock::new(()),
             path: dir.to_path_buf(),
+            group: group::Group::default(),
         };
         store.check_schema()?;
         Ok(store)
@@ -340,28 +344,111 @@ impl Store {
 
     /// Runs `f` in one write transaction and commits it. On MDB_MAP_FULL the transaction is
     /// dropped, the map doubled and `f` run again from the start.
-    pub fn write<T>(&self, mut f: impl FnMut(&mut Writer<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
+    /// Runs `f` in a write transaction and commits it; returns once it is committed. Writes
+    /// arriving while another commits share the next transaction (`group`), each in a nested
+    /// transaction of its own: what `f` writes commits whole or not at all, whatever the others
+    /// do. `f` may run more than once (when the map grows, or its group's commit fails and each
+    /// write is tried alone), and on another thread than the caller's, hence `Send`.
+    pub fn write<T: Send>(
+        &self,
+        f: impl FnMut(&mut Writer<'_>) -> Result<T, StoreError> + Send,
+    ) -> Result<T, StoreError> {
+        let mut job = group::Closure { f, value: None };
+        self.group.join(&mut job, |batch| self.commit_group(batch))?;
+        Ok(job.value.take().expect("a write that succeeded keeps its value"))
+    }
+
+    /// Transactions that held more than one caller's writes, the writes they held, and every
+    /// write since the store was opened.
+    pub fn group_commits(&self) -> (u64, u64, u64) {
+        self.group.counts()
+    }
+
+    /// Commits a group: one job as it always ran (a transaction of its own); several in one
+    /// transaction, each in a nested one. When that transaction cannot commit (a full disk),
+    /// each job is run again alone so each gets its own error.
+    fn commit_group(&self, batch: &mut [(u64, group::Queued)]) -> Vec<(u64, group::Outcome)> {
+        use group::Outcome;
+        if let [(ticket, job)] = batch {
+            return vec![(*ticket, self.commit_alone(job))];
+        }
         loop {
             let attempt = {
                 let _shared = self.resize.read().unwrap_or_else(|e| e.into_inner());
-                let txn = self.env.begin_rw_txn()?;
-                let mut writer = Writer { store: self, txn };
-                match f(&mut writer) {
-                    Ok(value) => writer.txn.commit().map(|()| value).map_err(StoreError::from),
-                    Err(e) => Err(e),
+                self.env.begin_rw_txn().map_err(StoreError::from).and_then(|mut txn| {
+                    let mut outcomes = Vec::with_capacity(batch.len());
+                    for (ticket, job) in batch.iter_mut() {
+                        let nested = txn.begin_nested_txn()?;
+                        let mut writer = Writer {
+                            store: self,
+                            txn: nested,
+                        };
+                        let outcome = match job.run(&mut writer) {
+                            Outcome::Done(Ok(())) => Outcome::Done(writer.txn.commit().map_err(StoreError::from)),
+                            other => other, // its nested transaction is dropped: undone
+                        };
+                        if let Outcome::Done(Err(StoreError::Lmdb(lmdb::Error::MapFull))) = outcome {
+                            return Err(StoreError::Lmdb(lmdb::Error::MapFull));
+                        }
+                        outcomes.push((*ticket, outcome));
+                    }
+                    txn.commit()?;
+                    Ok(outcomes)
+                })
+            };
+            match attempt {
+                Ok(outcomes) => return outcomes,
+                Err(StoreError::Lmdb(lmdb::Error::MapFull)) => {
+                    if let Err(e) = self.grow() {
+                        // Each tried alone says for itself what the store lacks.
+                        tracing::warn!(error = %e, "cannot grow the store's map for a group commit");
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, writes = batch.len(), "a group commit failed; its writes are tried one by one");
+                    break;
+                }
+            }
+        }
+        batch
+            .iter_mut()
+            .map(|(ticket, job)| (*ticket, self.commit_alone(job)))
+            .collect()
+    }
+
+    /// One job in a transaction of its own (the map grown when full).
+    fn commit_alone(&self, job: &mut group::Queued) -> group::Outcome {
+        use group::Outcome;
+        loop {
+            let attempt = {
+                let _shared = self.resize.read().unwrap_or_else(|e| e.into_inner());
+                match self.env.begin_rw_txn() {
+                    Err(e) => Outcome::Done(Err(e.into())),
+                    Ok(txn) => {
+                        let mut writer = Writer { store: self, txn };
+                        match job.run(&mut writer) {
+                            Outcome::Done(Ok(())) => Outcome::Done(writer.txn.commit().map_err(StoreError::from)),
+                            other => other,
+                        }
+                    }
                 }
             };
             match attempt {
-                Err(StoreError::Lmdb(lmdb::Error::MapFull)) => self.grow()?,
-                Err(StoreError::Lmdb(e @ lmdb::Error::Other(libc::EIO | libc::ENOSPC))) => {
-                    return Err(match free_bytes(&self.path) {
+                Outcome::Done(Err(StoreError::Lmdb(lmdb::Error::MapFull))) => {
+                    if let Err(e) = self.grow() {
+                        return Outcome::Done(Err(e));
+                    }
+                }
+                Outcome::Done(Err(StoreError::Lmdb(e @ lmdb::Error::Other(libc::EIO | libc::ENOSPC)))) => {
+                    return Outcome::Done(Err(match free_bytes(&self.path) {
                         Some(free) if free < DISK_FULL_BYTES => StoreError::DiskFull {
                             path: self.path.clone(),
                             free,
                             source: e,
                         },
                         _ => StoreError::Lmdb(e),
-                    });
+                    }));
                 }
                 other => return other,
             }
@@ -773,6 +860,8 @@ impl Writer<'_> {
 mod tests {
     use super::*;
     use serde::Deserialize;
+    use std::panic::AssertUnwindSafe;
+    use std::sync::Mutex;
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]
     struct Row {
@@ -938,36 +1027,124 @@ mod tests {
         assert_eq!(n, 0);
     }
 
+    /// A store whose map starts at 256 KB.
+    fn small_map(dir: &Path) -> Store {
+        let opts = StoreOptions {
+            map_size: 256 * 1024,
+            ..Default::default()
+        };
+        Store::open(dir, &opts).unwrap()
+    }
+
+    /// Writes message `n` of memory "m": 4,000 characters that do not compress.
+    fn put_noise(store: &Store, n: u64) {
+        let row = Row {
+            n,
+            text: noise(n, 4000),
+        };
+        store
+            .write(|w| w.put(Table::Messages, &keys::seq("m", n), &row))
+            .unwrap();
+    }
+
     #[test]
     fn map_full_grows_and_keeps_every_write() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(
-            dir.path(),
-            &StoreOptions {
-                map_size: 256 * 1024,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let store = small_map(dir.path());
         for n in 0..400u64 {
-            store
-                .write(|w| {
-                    w.put(
-                        Table::Messages,
-                        &keys::seq("m", n),
-                        &Row {
-                            n,
-                            text: noise(n, 4000),
-                        },
-                    )
-                })
-                .unwrap();
+            put_noise(&store, n);
         }
         assert!(store.map_size() > 256 * 1024, "map never grew");
         let n = store
             .read(|r| r.count(Table::Messages, &keys::memory_prefix("m")))
             .unwrap();
         assert_eq!(n, 400);
+    }
+
+    /// Writes that arrive while one is committing share the next transaction: here the first
+    /// holds the group until seven more have queued. Each of the seven gets its own result: the
+    /// one that fails and the one that panics leave nothing written and their callers get the
+    /// error and the panic; the other five commit.
+    #[test]
+    fn writes_queued_behind_a_commit_share_one_transaction_and_keep_their_own_results() {
+        use std::sync::mpsc;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        let row = |n: u64| Row {
+            n,
+            text: format!("row {n}"),
+        };
+        let opened = store.group_commits().2; // the schema version's write
+        let (inside, entered) = mpsc::channel();
+        let (release, go) = mpsc::channel::<()>();
+        let go = Mutex::new(go);
+        std::thread::scope(|s| {
+            let first = s.spawn(|| {
+                store.write(|w| {
+                    inside.send(()).unwrap();
+                    go.lock().unwrap().recv().unwrap();
+                    w.put(Table::Messages, &keys::seq("m", 0), &row(0))
+                })
+            });
+            entered.recv().unwrap();
+            let others: Vec<_> = (1..8u64)
+                .map(|n| {
+                    let store = &store;
+                    s.spawn(move || {
+                        std::panic::catch_unwind(AssertUnwindSafe(|| {
+                            store.write(|w| {
+                                w.put(Table::Messages, &keys::seq("m", n), &row(n))?;
+                                match n {
+                                    3 => Err(StoreError::Encode {
+                                        table: "messages",
+                                        message: "refused".into(),
+                                    }),
+                                    5 => panic!("write 5 panics"),
+                                    _ => Ok(n * 10),
+                                }
+                            })
+                        }))
+                    })
+                })
+                .collect();
+            // Long enough for all seven to queue behind the first.
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            release.send(()).unwrap();
+            first.join().unwrap().unwrap();
+            for (n, t) in (1..8u64).zip(others) {
+                match (n, t.join().unwrap()) {
+                    (3, Ok(Err(StoreError::Encode { message, .. }))) => assert_eq!(message, "refused"),
+                    (5, Err(panic)) => assert_eq!(panic.downcast_ref::<&str>(), Some(&"write 5 panics")),
+                    (n, Ok(Ok(v))) => assert_eq!(v, n * 10),
+                    (n, _) => panic!("write {n} ended otherwise"),
+                }
+            }
+        });
+        assert_eq!(
+            store.group_commits(),
+            (1, 7, opened + 8),
+            "the seven shared one transaction"
+        );
+        let held: Vec<Row> = store.read(|r| r.scan(Table::Messages, b"")).unwrap();
+        assert_eq!(held, [0, 1, 2, 4, 6, 7].map(row));
+    }
+
+    /// A group that fills the map is undone whole, the map grown, and the group run again: every
+    /// write lands once.
+    #[test]
+    fn a_group_that_fills_the_map_grows_it_and_keeps_every_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = small_map(dir.path());
+        std::thread::scope(|s| {
+            for t in 0..8u64 {
+                let store = &store;
+                s.spawn(move || (0..40u64).for_each(|i| put_noise(store, t * 1000 + i)));
+            }
+        });
+        assert!(store.map_size() > 256 * 1024, "map never grew");
+        let held: Vec<Row> = store.read(|r| r.scan(Table::Messages, b"")).unwrap();
+        assert_eq!(held.len(), 320);
+        assert!(held.iter().all(|r| r.text == noise(r.n, 4000)));
     }
 
     /// A full disk (a 4 MB tmpfs; needs root to mount, else skipped with a message): the write
