@@ -143,6 +143,12 @@ impl Group {
         }
     }
 
+    /// Writes waiting for a group to take them.
+    #[cfg(test)]
+    pub fn queued(&self) -> usize {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).queue.len()
+    }
+
     /// Transactions that held more than one caller's writes, the writes they held, and every
     /// write since the start.
     pub fn counts(&self) -> (u64, u64, u64) {

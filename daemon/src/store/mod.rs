@@ -342,9 +342,8 @@ impl Store {
         f(&reader)
     }
 
-    /// Runs `f` in one write transaction and commits it. On MDB_MAP_FULL the transaction is
-    /// dropped, the map doubled and `f` run again from the start.
-    /// Runs `f` in a write transaction and commits it; returns once it is committed. Writes
+    /// Runs `f` in a write transaction and commits it; returns once it is committed. On
+    /// MDB_MAP_FULL the transaction is dropped, the map doubled and `f` run again. Writes
     /// arriving while another commits share the next transaction (`group`), each in a nested
     /// transaction of its own: what `f` writes commits whole or not at all, whatever the others
     /// do. `f` may run more than once (when the map grows, or its group's commit fails and each
@@ -1107,8 +1106,12 @@ mod tests {
                     })
                 })
                 .collect();
-            // Long enough for all seven to queue behind the first.
-            std::thread::sleep(std::time::Duration::from_millis(200));
+            // All seven queued behind the first before it commits.
+            let waited = std::time::Instant::now();
+            while store.group.queued() < 7 {
+                assert!(waited.elapsed().as_secs() < 30, "the seven writes never queued");
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
             release.send(()).unwrap();
             first.join().unwrap().unwrap();
             for (n, t) in (1..8u64).zip(others) {
