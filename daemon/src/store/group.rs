@@ -2,13 +2,13 @@
 //! transaction and its one flush.
 //!
 //! LMDB has one writer at a time, and a commit holds it through its flush (`fdatasync`), so
-//! under load every writer queued behind every flush (on the 100-memory run a fifth of both
-//! cores sat idle waiting; README, Benchmarks). Here the first writer to find no group running
-//! leads: it takes every write queued so far, its own among them, runs each in a nested
-//! transaction of one transaction and commits that once. A write that fails or panics undoes
-//! its own nested transaction only and gets its own error; the others commit. Each caller
-//! returns only once the transaction holding its writes is committed, so a write is as durable
-//! as before. A write alone runs as it always did, in a transaction of its own.
+//! under load every writer queued behind every flush (on the 100-memory run a build without
+//! the flush made 30-40% more pairs a second; README, Benchmarks). Here the first writer to find
+//! no group running leads: it takes every write queued so far, its own among them, runs each
+//! in a nested transaction of one transaction and commits that once. A write that fails or
+//! panics undoes its own nested transaction only and gets its own error; the others commit.
+//! Each caller returns only once the transaction holding its writes is committed, so a write
+//! is as durable as before. A write alone runs as it always did, in a transaction of its own.
 //!
 //! LMDB's write transaction must be committed by the thread that began it, so the leader runs
 //! the other callers' closures on its thread while they wait: the closures must be `Send`.
