@@ -1345,6 +1345,13 @@ mod tests {
         txn.get(store.db(table), &key).unwrap().to_vec()
     }
 
+    /// Puts `bytes` as they are, past `encode`: a value as an older recalld wrote it.
+    fn put_stored_bytes(store: &Store, table: Table, key: &[u8], bytes: &[u8]) {
+        let mut txn = store.env.begin_rw_txn().unwrap();
+        txn.put(store.db(table), &key, &bytes, WriteFlags::empty()).unwrap();
+        txn.commit().unwrap();
+    }
+
     #[test]
     fn large_values_are_stored_compressed_and_read_back_whole() {
         let dir = tempfile::tempdir().unwrap();
@@ -1414,15 +1421,7 @@ mod tests {
         bytes.extend_from_slice(&lz4_flex::compress_prepend_size(
             &rmp_serde::to_vec_named(&old).unwrap(),
         ));
-        let mut txn = store.env.begin_rw_txn().unwrap();
-        txn.put(
-            store.db(Table::Memories),
-            &keys::memory("old"),
-            &bytes,
-            WriteFlags::empty(),
-        )
-        .unwrap();
-        txn.commit().unwrap();
+        put_stored_bytes(&store, Table::Memories, &keys::memory("old"), &bytes);
         let back: Option<Row> = store.read(|r| r.get(Table::Memories, &keys::memory("old"))).unwrap();
         assert_eq!(back, Some(old));
     }
@@ -1446,23 +1445,10 @@ mod tests {
         };
         {
             let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
-            let txn_bytes = rmp_serde::to_vec_named(&large).unwrap();
-            let mut txn = store.env.begin_rw_txn().unwrap();
-            txn.put(
-                store.db(Table::Memories),
-                &keys::memory("old"),
-                &txn_bytes,
-                WriteFlags::empty(),
-            )
-            .unwrap();
-            txn.put(
-                store.db(Table::Meta),
-                &SCHEMA_KEY,
-                &rmp_serde::to_vec_named(&1u32).unwrap(),
-                WriteFlags::empty(),
-            )
-            .unwrap();
-            txn.commit().unwrap();
+            let plain = rmp_serde::to_vec_named(&large).unwrap();
+            put_stored_bytes(&store, Table::Memories, &keys::memory("old"), &plain);
+            let version = rmp_serde::to_vec_named(&1u32).unwrap();
+            put_stored_bytes(&store, Table::Meta, SCHEMA_KEY, &version);
         }
         let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
         let version: Option<u32> = store.read(|r| r.get(Table::Meta, SCHEMA_KEY)).unwrap();
