@@ -534,15 +534,17 @@ fn encode<V: Serialize + ?Sized>(table: Table, value: &V) -> Result<Vec<u8>, Sto
     if bytes.len() < COMPRESS_FROM || bytes.len() >= WITH_DICTIONARY as usize {
         return Ok(bytes);
     }
-    let block = lz4_flex::block::compress_with_dict(&bytes, DICTIONARY);
-    if 5 + block.len() >= bytes.len() {
-        return Ok(bytes);
+    // The block is compressed in place behind the marker and the length (no second copy).
+    let mut packed = vec![0; 5 + lz4_flex::block::get_maximum_output_size(bytes.len())];
+    packed[0] = COMPRESSED;
+    packed[1..5].copy_from_slice(&(bytes.len() as u32 | WITH_DICTIONARY).to_le_bytes());
+    match lz4_flex::block::compress_into_with_dict(&bytes, &mut packed[5..], DICTIONARY) {
+        Ok(n) if 5 + n < bytes.len() => {
+            packed.truncate(5 + n);
+            Ok(packed)
+        }
+        _ => Ok(bytes),
     }
-    let mut packed = Vec::with_capacity(5 + block.len());
-    packed.push(COMPRESSED);
-    packed.extend_from_slice(&(bytes.len() as u32 | WITH_DICTIONARY).to_le_bytes());
-    packed.extend_from_slice(&block);
-    Ok(packed)
 }
 
 fn decode<V: DeserializeOwned>(table: Table, bytes: &[u8]) -> Result<V, StoreError> {
