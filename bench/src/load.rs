@@ -23,8 +23,8 @@ use serde_json::{json, Value};
 use crate::agent::Agent;
 use crate::counting_model::CountingModel;
 use crate::daemon::Daemon;
-use crate::load_report::{ColdStart, Cost, Lanes, Latency, LoadReport, Storage};
-use crate::sampler::{self, Sampler};
+use crate::load_report::{ColdStart, Cost, Lanes, Latency, LoadReport, Storage, TrafficCpu};
+use crate::sampler::{self, Cpu, Sampler};
 use crate::traces;
 use recalld::models::Counts;
 
@@ -119,6 +119,7 @@ pub fn run(o: &LoadOptions, progress: &mut dyn FnMut(String)) -> Result<LoadRepo
     ));
 
     let t0 = Instant::now();
+    let cpu0 = (Cpu::of(daemon.pid()), Cpu::of_self());
     let sampler = Sampler::start(socket.clone(), daemon.pid(), o.poll, t0)?;
     // About half the messages are the model's, so a memory takes messages/2 calls.
     let expected_pairs = (memories as u64 * o.messages / 2).max(1);
@@ -159,6 +160,13 @@ pub fn run(o: &LoadOptions, progress: &mut dyn FnMut(String)) -> Result<LoadRepo
             .collect()
     });
     let traffic_s = t0.elapsed().as_secs_f64();
+    let cpu = match (cpu0, (Cpu::of(pid), Cpu::of_self())) {
+        ((Some(d0), Some(b0)), (Some(d1), Some(b1))) => Some(TrafficCpu {
+            daemon: d1.since(d0),
+            bench: b1.since(b0),
+        }),
+        _ => None,
+    };
     let mut all = Measured::default();
     let mut agents = Vec::new();
     for out in outcomes {
@@ -246,6 +254,7 @@ pub fn run(o: &LoadOptions, progress: &mut dyn FnMut(String)) -> Result<LoadRepo
             samples,
         },
         rss_max_kb,
+        cpu,
         storage,
         cold_start,
         cost,

@@ -5,7 +5,7 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::sampler::Sample;
+use crate::sampler::{Cpu, Sample};
 
 /// Latencies (or other times) of one kind, in ms.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -58,6 +58,30 @@ pub struct Lanes {
     /// `stats.lanes` after the drain (jobs run, units judged, …; per-memory list left out).
     pub stats: Value,
     pub samples: Vec<Sample>,
+}
+
+/// CPU seconds used during the traffic: the pairs/s of a run on a shared machine move with
+/// what else runs, the CPU a pair costs much less.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct TrafficCpu {
+    pub daemon: Cpu,
+    pub bench: Cpu,
+}
+
+impl TrafficCpu {
+    /// Per pair, in µs: the request path, the lanes, the benchmark's clients.
+    fn cell(&self, pairs: u64, traffic_s: f64) -> String {
+        let per = |s: f64| s * 1e6 / pairs.max(1) as f64;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        format!(
+            "request path **{:.0} µs**, lanes {:.0} µs, the benchmark's clients {:.0} µs \
+             ({:.0}% of {cores} cores busy over the traffic)",
+            per(self.daemon.request_path_s()),
+            per(self.daemon.lanes_s),
+            per(self.bench.total_s),
+            100.0 * (self.daemon.total_s + self.bench.total_s) / (cores * traffic_s.max(1e-9)),
+        )
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -162,6 +186,8 @@ pub struct LoadReport {
     pub error_examples: Vec<String>,
     pub lanes: Lanes,
     pub rss_max_kb: Option<u64>,
+    /// CPU used while the traffic ran, by the daemon and by the benchmark's clients.
+    pub cpu: Option<TrafficCpu>,
     /// `stats.state_cache` at the end of the traffic: memories whose state is kept between ops,
     /// and the heap the daemon estimates they take.
     pub state_cache: serde_json::Value,
@@ -214,6 +240,10 @@ impl LoadReport {
                 self.recall_embeddings_dropped.map_or("–".into(), |n| n.to_string()),
             ),
             ("report".into(), self.report.cell()),
+            (
+                "CPU per pair during the traffic".into(),
+                self.cpu.map_or("–".into(), |c| c.cell(self.pairs, self.traffic_s)),
+            ),
             (
                 "decorate request size".into(),
                 format!(

@@ -66,3 +66,79 @@ pub fn rss_kb(pid: u32) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
+
+/// CPU seconds a process has used, split by where it went: the lanes' threads (named
+/// `recalld-lane-…`) and everything else (the request path: the runtime's workers and its
+/// blocking pool, whose threads come and go). Read from `/proc`; None when it cannot be.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Cpu {
+    pub total_s: f64,
+    pub lanes_s: f64,
+}
+
+impl Cpu {
+    /// The process's own time (`/proc/PID/stat`, which keeps what exited threads used) and its
+    /// lane threads' (`/proc/PID/task/*/stat`).
+    pub fn of(pid: u32) -> Option<Cpu> {
+        let total_s = ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)?;
+        let mut lanes_s = 0.0;
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+            let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+                continue; // the thread exited since the listing
+            };
+            if comm(&stat).is_some_and(|c| c.starts_with("recalld-lane")) {
+                lanes_s += ticks(&stat).unwrap_or(0.0);
+            }
+        }
+        Some(Cpu { total_s, lanes_s })
+    }
+
+    /// This process (the benchmark's clients and its sampler).
+    pub fn of_self() -> Option<Cpu> {
+        Cpu::of(std::process::id()).map(|c| Cpu { lanes_s: 0.0, ..c })
+    }
+
+    pub fn since(self, earlier: Cpu) -> Cpu {
+        Cpu {
+            total_s: self.total_s - earlier.total_s,
+            lanes_s: self.lanes_s - earlier.lanes_s,
+        }
+    }
+
+    /// What was not the lanes': the request path and the daemon's other threads.
+    pub fn request_path_s(self) -> f64 {
+        (self.total_s - self.lanes_s).max(0.0)
+    }
+}
+
+/// The thread's or process's name in a `stat` line: between the first '(' and the last ')'.
+fn comm(stat: &str) -> Option<&str> {
+    Some(&stat[stat.find('(')? + 1..stat.rfind(')')?])
+}
+
+/// utime + stime of a `stat` line, in seconds (fields 14 and 15, counted after the name,
+/// which may hold spaces).
+fn ticks(stat: &str) -> Option<f64> {
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut f = rest.split_whitespace().skip(11);
+    let user: u64 = f.next()?.parse().ok()?;
+    let system: u64 = f.next()?.parse().ok()?;
+    // SAFETY: sysconf reads a constant of the system; no memory is touched.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some((user + system) as f64 / hz)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_utime_and_stime_past_a_name_with_spaces_and_parentheses() {
+        // Fields after the name: state(3) ppid pgrp session tty_nr tpgid flags minflt cminflt
+        // majflt cmajflt utime(14) stime(15).
+        let stat = "42 (tokio (rt) w) S 1 42 42 0 -1 4194560 10 0 0 0 250 50 0 0 20 0";
+        assert_eq!(comm(stat), Some("tokio (rt) w"));
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        assert_eq!(ticks(stat), Some(300.0 / hz));
+    }
+}
