@@ -310,7 +310,6 @@ fn traffic<'a>(
     while agents.iter().any(|a| a.stored < messages) {
         for a in agents.iter_mut().filter(|a| a.stored < messages) {
             let args = a.decorate_args();
-            m.bytes.push(encoded_len("decorate", &args));
             if until_kept == 0 {
                 m.kept.push(args.clone());
                 until_kept = keep_every;
@@ -326,6 +325,7 @@ fn traffic<'a>(
                 }
             };
             let took = ms(t);
+            m.bytes.push(client.sent_bytes());
             let recall_ms = &decorated["info"]["recall"]["ms"];
             match recall_ms["total"].as_f64() {
                 Some(recall) => {

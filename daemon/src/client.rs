@@ -8,14 +8,19 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use recalld_protocol::envelope::decode_reply;
-use recalld_protocol::{encode_frame, encode_request, ErrorBody, Frame, FrameDecoder, Reply, Request};
+use recalld_protocol::{
+    encode_frame, encode_frame_with, encode_request_into, ErrorBody, Frame, FrameDecoder, Reply, Request,
+};
 use serde_json::{Map, Value};
 
 pub struct Client {
     stream: UnixStream,
     decoder: FrameDecoder,
     buf: BytesMut,
+    /// The frame being sent, kept so its buffer is reused.
+    out: BytesMut,
     next_id: u64,
+    sent_bytes: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -45,7 +50,9 @@ impl Client {
             stream,
             decoder: FrameDecoder::new(usize::MAX),
             buf: BytesMut::new(),
+            out: BytesMut::new(),
             next_id: 1,
+            sent_bytes: 0,
         })
     }
 
@@ -58,13 +65,25 @@ impl Client {
             Value::Null => Map::new(),
             other => return Err(ClientError::BadReply(format!("args must be a map, got {other}"))),
         };
-        let body = encode_request(&Request {
+        let req = Request {
             id,
             op: op.into(),
             args,
-        });
-        self.send_raw_body(&body)?;
+        };
+        let mut out = std::mem::take(&mut self.out);
+        out.clear();
+        encode_frame_with(&mut out, usize::MAX, |b| encode_request_into(&req, b))
+            .map_err(|e| ClientError::BadReply(e.to_string()))?;
+        self.sent_bytes = out.len() - 4;
+        let sent = self.send_raw(&out);
+        self.out = out;
+        sent?;
         Ok(id)
+    }
+
+    /// The body length of the last request `send` encoded (the frame without its header).
+    pub fn sent_bytes(&self) -> usize {
+        self.sent_bytes
     }
 
     /// Sends one frame with an arbitrary body.

@@ -4,6 +4,7 @@
 //! fields and strict about the three it needs, and it tells the caller which id to answer
 //! even when the rest is wrong.
 
+use bytes::{BufMut, BytesMut};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -102,6 +103,16 @@ pub fn encode_request(req: &Request) -> Vec<u8> {
 /// Encodes a reply body (named maps).
 pub fn encode_reply(reply: &Reply) -> Vec<u8> {
     rmp_serde::to_vec_named(reply).expect("a reply always encodes")
+}
+
+/// Encodes a reply body onto the end of `dst` (see `frame::encode_frame_with`).
+pub fn encode_reply_into(reply: &Reply, dst: &mut BytesMut) {
+    rmp_serde::encode::write_named(&mut dst.writer(), reply).expect("a reply always encodes");
+}
+
+/// Encodes a request body onto the end of `dst`.
+pub fn encode_request_into(req: &Request, dst: &mut BytesMut) {
+    rmp_serde::encode::write_named(&mut dst.writer(), req).expect("a request always encodes");
 }
 
 /// Decodes a reply body.

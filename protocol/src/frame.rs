@@ -94,6 +94,22 @@ pub fn encode_frame(body: &[u8], max: usize, dst: &mut BytesMut) -> Result<(), F
     Ok(())
 }
 
+/// Writes one frame whose body `write` puts straight after the header in `dst`, so the body
+/// needs no buffer of its own (a buffer `dst` keeps between frames stops growing). A body over
+/// `max` is taken back out: `dst` is left as it was, and the error gives the body's length.
+pub fn encode_frame_with(dst: &mut BytesMut, max: usize, write: impl FnOnce(&mut BytesMut)) -> Result<(), FrameError> {
+    let start = dst.len();
+    dst.put_u32(0);
+    write(dst);
+    let len = dst.len() - start - HEADER;
+    if len > max || len > u32::MAX as usize {
+        dst.truncate(start);
+        return Err(FrameError::TooLarge { len, max });
+    }
+    dst[start..start + HEADER].copy_from_slice(&(len as u32).to_be_bytes());
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,6 +121,18 @@ mod tests {
             encode_frame(b, usize::MAX, &mut out).unwrap();
         }
         out.to_vec()
+    }
+
+    #[test]
+    fn a_body_written_in_place_frames_as_encode_frame_does_and_an_oversized_one_is_taken_back() {
+        let mut out = BytesMut::new();
+        encode_frame(b"first", usize::MAX, &mut out).unwrap();
+        encode_frame_with(&mut out, 16, |b| b.put_slice(b"second")).unwrap();
+        assert_eq!(out.to_vec(), framed(&[b"first".to_vec(), b"second".to_vec()]));
+        let before = out.to_vec();
+        let err = encode_frame_with(&mut out, 4, |b| b.put_slice(b"too long")).unwrap_err();
+        assert!(matches!(err, FrameError::TooLarge { len: 8, max: 4 }), "{err:?}");
+        assert_eq!(out.to_vec(), before);
     }
 
     #[test]

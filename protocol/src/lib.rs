@@ -9,9 +9,11 @@ mod finite;
 pub mod frame;
 pub mod ops;
 
-pub use envelope::{decode_request, encode_reply, encode_request, Reply, Request};
+pub use envelope::{
+    decode_request, encode_reply, encode_reply_into, encode_request, encode_request_into, Reply, Request,
+};
 pub use error::{ErrorBody, ErrorCode};
-pub use frame::{encode_frame, Frame, FrameDecoder, FrameError, DEFAULT_MAX_FRAME_BYTES};
+pub use frame::{encode_frame, encode_frame_with, Frame, FrameDecoder, FrameError, DEFAULT_MAX_FRAME_BYTES};
 
 /// The protocol version this build speaks natively.
 pub const PROTOCOL_VERSION: u32 = 1;

@@ -9,7 +9,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use recalld_protocol::{decode_request, encode_frame, encode_reply, ErrorBody, ErrorCode, Frame, FrameDecoder, Reply};
+use recalld_protocol::{
+    decode_request, encode_frame, encode_frame_with, encode_reply, encode_reply_into, ErrorBody, ErrorCode, Frame,
+    FrameDecoder, FrameError, Reply,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, Semaphore};
@@ -141,15 +144,14 @@ async fn write_replies(
 }
 
 fn push_reply(out: &mut BytesMut, reply: &Reply, max_frame_bytes: usize) {
-    let body = encode_reply(reply);
-    if encode_frame(&body, max_frame_bytes, out).is_err() {
-        tracing::warn!(bytes = body.len(), id = reply.id, "reply over the frame limit");
+    // Encoded in place: `out` is kept between replies, so a reply's bytes are written once.
+    if let Err(FrameError::TooLarge { len, .. }) =
+        encode_frame_with(out, max_frame_bytes, |b| encode_reply_into(reply, b))
+    {
+        tracing::warn!(bytes = len, id = reply.id, "reply over the frame limit");
         let err = ErrorBody::new(
             ErrorCode::ResourceExhausted,
-            format!(
-                "reply of {} bytes exceeds the frame limit of {max_frame_bytes} bytes",
-                body.len()
-            ),
+            format!("reply of {len} bytes exceeds the frame limit of {max_frame_bytes} bytes"),
         );
         let body = encode_reply(&Reply::err(reply.id, err));
         encode_frame(&body, usize::MAX, out).expect("an error reply is small");
