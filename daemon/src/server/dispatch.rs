@@ -151,13 +151,13 @@ async fn run(state: &Arc<AppState>, peer: &Peer, request: Request) -> Result<Val
             Ok(stats)
         }
         "decorate" => {
-            let a: DecorateArgs = args(request.args)?;
+            let a = args_with_payload(request.args, "request", |a: &mut DecorateArgs, v| a.request = v)?;
             let engine = state.engine.clone();
             let reply = blocking(move || engine.decorate(a)).await?;
             Ok(object([("request", reply.request), ("info", reply.info)]))
         }
         "report" => {
-            let a: ReportArgs = args(request.args)?;
+            let a = args_with_payload(request.args, "response", |a: &mut ReportArgs, v| a.response = v)?;
             let engine = state.engine.clone();
             let reply = blocking(move || engine.report(a)).await?;
             Ok(object([
@@ -473,6 +473,23 @@ fn server_stats(state: &AppState) -> Value {
 fn args<T: DeserializeOwned>(args: Map<String, Value>) -> Result<T, ErrorBody> {
     serde_json::from_value(Value::Object(args))
         .map_err(|e| ErrorBody::new(ErrorCode::InvalidArgument, format!("bad arguments: {e}")))
+}
+
+/// Arguments whose provider payload (`field`: the request or response, the largest value a
+/// client sends) is moved into place afterwards: deserializing a `Value` from a `Value` builds
+/// every map and array of it again. The field stays present (as null) while the rest is read,
+/// so a missing one is still refused.
+fn args_with_payload<T: DeserializeOwned>(
+    mut map: Map<String, Value>,
+    field: &str,
+    put: impl FnOnce(&mut T, Value),
+) -> Result<T, ErrorBody> {
+    let payload = map.get_mut(field).map(Value::take);
+    let mut a: T = args(map)?;
+    if let Some(p) = payload {
+        put(&mut a, p);
+    }
+    Ok(a)
 }
 
 fn memory_id(id: &str) -> Result<(), ErrorBody> {
