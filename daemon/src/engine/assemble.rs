@@ -8,6 +8,7 @@ use super::{activation, blocks, budget, tokens, Engine};
 use crate::formats::{self, Format, Message};
 use serde_json::Value;
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 /// Token costs of the note ask and the note tool, counted once (they are reserved on every
 /// decorate).
@@ -177,6 +178,7 @@ impl Engine {
         ratio: Option<f64>,
         measure: &Measure,
         recall_limit: Option<u64>,
+        mut sent: HashMap<u64, Message>,
     ) -> Assembled {
         let format = parsed.format;
         let role = parsed.instructions_role;
@@ -275,7 +277,12 @@ impl Engine {
                     }
                 }
                 if m.message.format == format {
-                    messages.push(Cow::Borrowed(&m.message));
+                    // The request's own copy, when it sent this message as stored, is moved
+                    // into the reply; the stored one is copied otherwise.
+                    match sent.remove(&m.seq).filter(|s| s.raw == m.message.raw) {
+                        Some(s) => messages.push(Cow::Owned(s)),
+                        None => messages.push(Cow::Borrowed(&m.message)),
+                    }
                 } else {
                     messages.extend(m.message.to_format(format).into_iter().map(Cow::Owned));
                 }
@@ -289,7 +296,8 @@ impl Engine {
         if self.offers_scope_tools(st) {
             extra_tools.extend(scope_tools(format, &self.config.scopes));
         }
-        let request = formats::render_request(format, &parsed.instructions, &messages, &parsed.rest, &extra_tools);
+        let request =
+            formats::render_request_moving(format, &parsed.instructions, messages, &parsed.rest, &extra_tools);
         Assembled {
             request,
             tokens: total,
@@ -356,6 +364,54 @@ mod tests {
     use super::*;
     use crate::engine::records::EpisodeState;
     use crate::formats::Role;
+
+    /// A request resending its history has those messages rendered from its own values (moved,
+    /// not copied); one it resends in another shape that aligns all the same (text parts for a
+    /// string) is rendered as stored, as before.
+    #[test]
+    fn resent_messages_render_as_stored_whatever_shape_the_request_resends_them_in() {
+        use recalld_protocol::ops::{DecorateArgs, HistoryMode};
+        use serde_json::json;
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(crate::store::Store::open(dir.path(), &Default::default()).unwrap());
+        let engine = Engine::new(store, None, Default::default());
+        let decorate = |messages: Value, now: f64| {
+            engine
+                .decorate(DecorateArgs {
+                    memory: "m".into(),
+                    request: json!({"model": "gpt-4o", "messages": messages}),
+                    now: Some(now),
+                    dry_run: false,
+                    ceiling: None,
+                    agent: None,
+                    user: None,
+                    history: HistoryMode::Full,
+                })
+                .unwrap()
+        };
+        let first = json!([
+            {"role": "user", "content": "Which linker does the release build use?"},
+            {"role": "assistant", "content": "mold, since March."},
+            {"role": "user", "content": "And the debug build?"},
+        ]);
+        decorate(first.clone(), 100.0);
+        let mut again = first.as_array().unwrap().clone();
+        again[1] = json!({"role": "assistant", "content": [{"type": "text", "text": "mold, since March."}]});
+        again.push(json!({"role": "assistant", "content": "lld."}));
+        again.push(json!({"role": "user", "content": "Thanks."}));
+        let out = decorate(Value::Array(again.clone()), 200.0);
+        assert_eq!(out.info["aligned"], "extends");
+        assert_eq!(out.info["stored"], 2);
+        let rendered: Vec<&Value> = out.request["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| !m["content"].as_str().is_some_and(|t| t.starts_with("Recorded facts")))
+            .collect();
+        let mut expected = again;
+        expected[1] = first[1].clone();
+        assert_eq!(rendered, expected.iter().collect::<Vec<_>>());
+    }
 
     /// What holding an episode back frees is what it shows in the view: its note calls and
     /// superseded messages sit in its range but are never shown, so they free nothing.

@@ -7,6 +7,8 @@
 //! messages after the edit point are marked superseded (kept, exported, never deleted) and the
 //! request's version is stored after them.
 
+use std::borrow::Borrow;
+
 use recalld_protocol::ops::HistoryMode;
 
 use super::records;
@@ -22,24 +24,48 @@ pub struct Plan {
     pub new: Vec<Message>,
     /// How the request lined up: "first", "delta", "extends", "edit", "unrelated".
     pub aligned: &'static str,
+    /// The stretch of the request that is stored history already.
+    pub resent: Option<Resent>,
+}
+
+/// `incoming[incoming + k]` of a request is the stored history's `stored + k`, for k < `len`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Resent {
+    pub stored: usize,
+    pub incoming: usize,
+    pub len: usize,
 }
 
 /// `incoming_fp`: the fingerprints of `incoming` (computed once by the caller, who may align
-/// more than once; unused with `delta`).
-pub fn plan(existed: bool, stored_fp: &[u64], incoming: &[Message], incoming_fp: &[u64], mode: HistoryMode) -> Plan {
-    let make = |supersede_from, new: &[Message], aligned| Plan {
+/// more than once; unused with `delta`). Only the new messages are copied.
+pub fn plan<M: Borrow<Message>>(
+    existed: bool,
+    stored_fp: &[u64],
+    incoming: &[M],
+    incoming_fp: &[u64],
+    mode: HistoryMode,
+) -> Plan {
+    let make = |supersede_from, new: &[M], aligned, resent| Plan {
         supersede_from,
-        new: new.to_vec(),
+        new: new.iter().map(|m| m.borrow().clone()).collect(),
         aligned,
+        resent,
     };
     if !existed || stored_fp.is_empty() {
-        return make(None, incoming, "first");
+        return make(None, incoming, "first", None);
     }
     if mode == HistoryMode::Delta {
-        return make(None, incoming, "delta");
+        return make(None, incoming, "delta", None);
     }
     let Some(&first) = incoming_fp.first() else {
-        return make(None, &[], "extends");
+        return make(None, &[], "extends", None);
+    };
+    let resent = |stored, len| {
+        Some(Resent {
+            stored,
+            incoming: 0,
+            len,
+        })
     };
     // Candidate places where the request's first message stands in the stored history, latest
     // first. A candidate whose run reaches the stored end means the request extends what we
@@ -52,16 +78,16 @@ pub fn plan(existed: bool, stored_fp: &[u64], incoming: &[Message], incoming_fp:
             .take_while(|(a, b)| a == b)
             .count();
         if start + run == stored_fp.len() {
-            return make(None, &incoming[run..], "extends");
+            return make(None, &incoming[run..], "extends", resent(start, run));
         }
         if best_edit.is_none_or(|(_, r)| run > r) {
             best_edit = Some((start, run));
         }
     }
     match best_edit {
-        Some((start, run)) => make(Some(start + run), &incoming[run..], "edit"),
+        Some((start, run)) => make(Some(start + run), &incoming[run..], "edit", resent(start, run)),
         // Nothing in common: the request holds only messages we have not seen.
-        None => make(None, incoming, "unrelated"),
+        None => make(None, incoming, "unrelated", None),
     }
 }
 
@@ -140,6 +166,12 @@ mod tests {
             vec!["fine", "good"]
         );
         assert_eq!(p.supersede_from, None);
+        let whole = Resent {
+            stored: 0,
+            incoming: 0,
+            len: 3,
+        };
+        assert_eq!(p.resent, Some(whole));
     }
 
     #[test]
@@ -150,6 +182,15 @@ mod tests {
         let p = plan_for(&mem, &st, &incoming, HistoryMode::Full);
         assert_eq!(p.aligned, "extends");
         assert_eq!(p.new.len(), 1);
+        // The request's first two messages are the stored third and fourth.
+        assert_eq!(
+            p.resent,
+            Some(Resent {
+                stored: 2,
+                incoming: 0,
+                len: 2
+            })
+        );
     }
 
     #[test]
@@ -160,6 +201,14 @@ mod tests {
         let p = plan_for(&mem, &st, &incoming, HistoryMode::Full);
         assert_eq!(p.aligned, "extends");
         assert_eq!(p.new.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(), vec!["next"]);
+        assert_eq!(
+            p.resent,
+            Some(Resent {
+                stored: 2,
+                incoming: 0,
+                len: 2
+            })
+        );
     }
 
     #[test]
@@ -171,6 +220,14 @@ mod tests {
         assert_eq!(p.aligned, "edit");
         assert_eq!(p.supersede_from, Some(2));
         assert_eq!(p.new.len(), 1);
+        assert_eq!(
+            p.resent,
+            Some(Resent {
+                stored: 0,
+                incoming: 0,
+                len: 2
+            })
+        );
     }
 
     #[test]
@@ -180,5 +237,6 @@ mod tests {
         let incoming = msgs(&[("u", "a")]);
         let p = plan_for(&mem, &st, &incoming, HistoryMode::Delta);
         assert_eq!(p.new.len(), 1);
+        assert_eq!(p.resent, None);
     }
 }

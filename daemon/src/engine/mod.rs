@@ -468,7 +468,7 @@ impl Engine {
     pub fn decorate(&self, mut args: DecorateArgs) -> Result<DecorateReply, EngineError> {
         let now = now_or(args.now)?;
         // Taken, not copied: the request's messages become the parsed messages.
-        let parsed = formats::parse_request(std::mem::take(&mut args.request))?;
+        let mut parsed = formats::parse_request(std::mem::take(&mut args.request))?;
         // A user message ending the request is embedded for recall before the lock is taken.
         let query = self.recall_query(&args.memory, &parsed, args.agent.as_deref());
         let lock = self.lock(&args.memory);
@@ -511,7 +511,11 @@ impl Engine {
         // 1. Store what is new (our own blocks and note calls are not history). Instructions
         // are not history either; each new version of them is kept on the memory.
         remember_instructions(&mut st, &parsed.instructions, now);
-        let (incoming, notes) = self.clean_incoming(&parsed.history, &self.offered_scope_tools(&st));
+        let notes::Incoming {
+            messages: incoming,
+            sent_at,
+            notes,
+        } = self.clean_incoming(&parsed.history, &self.offered_scope_tools(&st));
         let previous_user_at = st.memory.last_user_at;
         // Notes sent back in a request are checked against every note call taken so far.
         if !notes.is_empty() && !st.whole() {
@@ -521,7 +525,7 @@ impl Engine {
         // Fingerprints of what the request resends, hashed once however often it is aligned.
         let incoming_fp: Vec<u64> = match args.history {
             HistoryMode::Delta => Vec::new(),
-            _ => incoming.iter().map(formats::Message::fingerprint).collect(),
+            _ => incoming.iter().map(|m| m.fingerprint()).collect(),
         };
         let (mut stored_seqs, mut plan) = align(&st, &incoming, &incoming_fp, args.history);
         // Aligned against the loaded history (what is in view and the recent turns), a request
@@ -536,8 +540,14 @@ impl Engine {
                 aligned_on = "chain";
                 plan = ingest::Plan {
                     supersede_from: None,
-                    new: incoming[from..].to_vec(),
+                    new: incoming[from..].iter().map(|m| m.as_ref().clone()).collect(),
                     aligned: "extends",
+                    // What is loaded ends the request's resent part.
+                    resent: Some(ingest::Resent {
+                        stored: 0,
+                        incoming: from - stored_seqs.len(),
+                        len: stored_seqs.len(),
+                    }),
                 };
             }
         }
@@ -569,14 +579,22 @@ impl Engine {
                 st.message_mut(seq).superseded_at = Some(now);
             }
         }
+        // What the request resent unchanged, by the seq it is stored under: assembly renders
+        // these from the request's own values, moved, instead of copying the stored ones.
+        let resent: Vec<(u64, usize)> = plan.resent.map_or_else(Vec::new, |r| {
+            (0..r.len)
+                .filter_map(|k| Some((stored_seqs[r.stored + k], sent_at[r.incoming + k]?)))
+                .collect()
+        });
         let mut new_user = false;
-        for m in &plan.new {
+        let stored_count = plan.new.len();
+        for m in std::mem::take(&mut plan.new) {
             new_user |= m.role == Role::User;
-            let stored = StoredMessage::new(&st.memory, m.clone(), now, Source::Request);
-            if m.role == Role::User {
+            let stored = StoredMessage::new(&st.memory, m, now, Source::Request);
+            if stored.message.role == Role::User {
                 st.memory.turn = stored.turn;
                 st.memory.last_user_at = Some(now);
-                st.memory.last_user_fingerprint = Some(records::fingerprint_hex(m.fingerprint()));
+                st.memory.last_user_fingerprint = Some(records::fingerprint_hex(stored.fingerprint));
             }
             st.push_message(stored);
         }
@@ -755,7 +773,18 @@ impl Engine {
         }
 
         // 6. Assemble.
-        let assembled = self.assemble(&st, &parsed, ratio, &measure, recall_limit);
+        // The provider holds the history when `provider_history` is set: assembly sends the
+        // request's own items then, so they stay where they are.
+        let mut sent = HashMap::new();
+        if parsed.provider_history.is_none() {
+            let mut history: Vec<Option<formats::Message>> =
+                std::mem::take(&mut parsed.history).into_iter().map(Some).collect();
+            sent = resent
+                .into_iter()
+                .filter_map(|(seq, i)| Some((seq, history.get_mut(i)?.take()?)))
+                .collect();
+        }
+        let assembled = self.assemble(&st, &parsed, ratio, &measure, recall_limit, sent);
         st.memory.last_estimate = parsed.model.clone().map(|model| records::Estimate {
             model,
             tokens: assembled.tokens,
@@ -800,7 +829,7 @@ impl Engine {
         let seqs = |v: &[u64]| Value::Array(v.iter().map(|&n| n.into()).collect());
         let info = Value::Object(Map::from_iter([
             ("format".to_owned(), json!(parsed.format)),
-            ("stored".to_owned(), plan.new.len().into()),
+            ("stored".to_owned(), stored_count.into()),
             (
                 "superseded".to_owned(),
                 plan.supersede_from.map(|i| stored_seqs.len() - i).unwrap_or(0).into(),
@@ -844,7 +873,7 @@ impl Engine {
                 at: now,
                 turn: st.memory.turn,
                 seq: st.memory.next_seq.checked_sub(1),
-                stored: plan.new.len() as u64,
+                stored: stored_count as u64,
                 ceiling: measure.budget.ceiling,
                 budget: measure.budget.history,
                 fixed: measure.budget.fixed,
@@ -1201,9 +1230,9 @@ impl Engine {
 
 /// The request's history lined up with the stored history the state holds: the stored seqs
 /// and the plan.
-fn align(
+fn align<M: std::borrow::Borrow<crate::formats::Message>>(
     st: &State,
-    incoming: &[crate::formats::Message],
+    incoming: &[M],
     incoming_fp: &[u64],
     mode: HistoryMode,
 ) -> (Vec<u64>, ingest::Plan) {

@@ -5,6 +5,7 @@ use super::records::{EpisodeState, Fact, JobKind, Source, StoredMessage};
 use super::state::State;
 use super::{blocks, Engine};
 use crate::formats::{self, Message, Role, ToolCall};
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 /// A note call found in a request's history or a reply.
@@ -14,17 +15,29 @@ pub(super) struct NoteCall {
     pub(super) message: Message,
 }
 
+/// A request's history without our blocks and note calls (see `Engine::clean_incoming`).
+#[derive(Default)]
+pub(super) struct Incoming<'a> {
+    /// The history messages, borrowed from the request where kept whole.
+    pub messages: Vec<Cow<'a, Message>>,
+    /// Each message's index in the request's history when kept whole (None: rewritten).
+    pub sent_at: Vec<Option<usize>>,
+    /// The note calls taken out.
+    pub notes: Vec<NoteCall>,
+}
+
 impl Engine {
     /// Drops our own blocks from a request's history and takes note calls (and their outputs)
     /// out of it: they are not history. Calls to the scope tools we offered (`scope_tools`:
     /// remember, recall) are taken out the same way (report already acted on them), so a
     /// client that kept the model's raw reply never sends a call without its output.
-    pub(super) fn clean_incoming(&self, history: &[Message], scope_tools: &[String]) -> (Vec<Message>, Vec<NoteCall>) {
+    /// A message kept whole is borrowed: a request resends its whole history each call, and
+    /// only what is new gets copied (when stored).
+    pub(super) fn clean_incoming<'a>(&self, history: &'a [Message], scope_tools: &[String]) -> Incoming<'a> {
         let tool = &self.config.note_tool;
         let mut note_ids = BTreeSet::new();
-        let mut notes = Vec::new();
-        let mut out = Vec::new();
-        for m in history {
+        let mut cleaned = Incoming::default();
+        for (i, m) in history.iter().enumerate() {
             if matches!(m.role, Role::System | Role::Developer) && blocks::is_our_block(&m.text) {
                 continue;
             }
@@ -37,13 +50,14 @@ impl Engine {
                 .filter(|c| &c.name == tool || scope_tools.contains(&c.name))
                 .collect();
             if calls.is_empty() {
-                out.push(m.clone());
+                cleaned.messages.push(Cow::Borrowed(m));
+                cleaned.sent_at.push(Some(i));
                 continue;
             }
             for c in calls {
                 note_ids.insert(c.id.clone());
                 if &c.name == tool {
-                    notes.push(NoteCall {
+                    cleaned.notes.push(NoteCall {
                         call: c.clone(),
                         message: m.clone(),
                     });
@@ -53,10 +67,11 @@ impl Engine {
                 Some(rest?.without_tool_calls(name))
             });
             if let Some(rest) = rest.flatten() {
-                out.push(rest);
+                cleaned.messages.push(Cow::Owned(rest));
+                cleaned.sent_at.push(None);
             }
         }
-        (out, notes)
+        cleaned
     }
 
     /// Writes a note's facts against every episode awaiting them; returns how many were written.

@@ -1,7 +1,7 @@
 //! Requests: provider JSON to instructions + history + pass-through fields, and back.
 
 use serde_json::{json, Map, Value};
-use std::borrow::Borrow;
+use std::borrow::{Borrow, Cow};
 
 use super::{chat, messages, responses, wrong, Format, FormatError, Kind, Message, Role};
 
@@ -198,23 +198,36 @@ pub fn render_request<M: Borrow<Message>>(
     rest: &Map<String, Value>,
     extra_tools: &[Value],
 ) -> Value {
+    let messages = messages.iter().map(|m| Cow::Borrowed(m.borrow())).collect();
+    render_request_moving(format, instructions, messages, rest, extra_tools)
+}
+
+/// [`render_request`] for messages that may be owned: an owned message already in `format`
+/// gives up its `raw` instead of a copy of it (assembly moves in what the request itself resent).
+pub fn render_request_moving(
+    format: Format,
+    instructions: &[Message],
+    messages: Vec<Cow<'_, Message>>,
+    rest: &Map<String, Value>,
+    extra_tools: &[Value],
+) -> Value {
     let mut out = Map::new();
     match format {
         Format::ChatCompletions => {
-            let all: Vec<&Message> = instructions.iter().chain(messages.iter().map(Borrow::borrow)).collect();
-            out.insert("messages".into(), Value::Array(render_chat(&all)));
+            let all = instructions.iter().map(Cow::Borrowed).chain(messages);
+            out.insert("messages".into(), Value::Array(render_chat(all)));
         }
-        Format::AnthropicMessages => messages::render(instructions, messages, &mut out),
+        Format::AnthropicMessages => messages::render(instructions, &messages, &mut out),
         Format::Responses => {
             let mut fields = Vec::new();
-            let mut input: Vec<&Message> = Vec::new();
+            let mut input: Vec<Cow<'_, Message>> = Vec::new();
             for m in instructions {
                 match &m.raw {
                     Value::String(s) if m.format == Format::Responses => fields.push(s.clone()),
-                    _ => input.push(m),
+                    _ => input.push(Cow::Borrowed(m)),
                 }
             }
-            input.extend(messages.iter().map(Borrow::borrow));
+            input.extend(messages);
             if !fields.is_empty() {
                 out.insert("instructions".into(), Value::String(fields.join("\n\n")));
             }
@@ -225,13 +238,13 @@ pub fn render_request<M: Borrow<Message>>(
             }
             if !input.is_empty() && !out.contains_key("input") {
                 let items: Vec<Value> = input
-                    .iter()
+                    .into_iter()
                     .flat_map(|m| match (&m.raw, m.format) {
                         (Value::String(s), Format::Responses) => {
                             vec![json!({"role": m.role.as_str(), "content": s})]
                         }
-                        (raw, Format::Responses) => vec![raw.clone()],
-                        _ => convert(m, Format::Responses),
+                        (_, Format::Responses) => vec![raw_of(m)],
+                        _ => convert(&m, Format::Responses),
                     })
                     .collect();
                 out.insert("input".into(), Value::Array(items));
@@ -260,23 +273,31 @@ pub fn render_request<M: Borrow<Message>>(
     Value::Object(out)
 }
 
+/// A message's `raw`: moved out of an owned message, copied from a borrowed one.
+fn raw_of(m: Cow<'_, Message>) -> Value {
+    match m {
+        Cow::Owned(m) => m.raw,
+        Cow::Borrowed(m) => m.raw.clone(),
+    }
+}
+
 fn tool_name(t: &Value) -> Option<&str> {
     t.get("name")
         .or_else(|| t.get("function").and_then(|f| f.get("name")))
         .and_then(Value::as_str)
 }
 
-fn render_chat(all: &[&Message]) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::with_capacity(all.len());
+fn render_chat<'a>(all: impl Iterator<Item = Cow<'a, Message>>) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::with_capacity(all.size_hint().0);
     // Index in `out` of the last converted assistant message, which later converted calls join.
     let mut open_assistant: Option<usize> = None;
     for m in all {
         if m.format == Format::ChatCompletions {
-            out.push(m.raw.clone());
+            out.push(raw_of(m));
             open_assistant = None;
             continue;
         }
-        for raw in convert(m, Format::ChatCompletions) {
+        for raw in convert(&m, Format::ChatCompletions) {
             let is_assistant = raw.get("role").and_then(Value::as_str) == Some("assistant");
             let calls_only = is_assistant && raw.get("content").is_some_and(Value::is_null);
             match (open_assistant, calls_only) {
