@@ -139,7 +139,8 @@ impl<'de> Visitor<'de> for Finite<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut out = Map::new();
+        // Sized up front: a map grown key by key rehashes its index as it goes.
+        let mut out = Map::with_capacity(map.size_hint().unwrap_or(0).min(4096));
         while let Some(key) = map.next_key::<String>()? {
             let seg = Seg::Key(&key, self.at);
             let value = map.next_value_seed(Finite {
