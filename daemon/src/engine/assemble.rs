@@ -171,10 +171,12 @@ impl Engine {
     }
 
     /// instructions; facts block; history in view; note ask (+ note tool) while episodes leave.
+    /// The request's own values move into the one rendered: its other fields (`parsed.rest` is
+    /// left empty) and, in `sent`, the history messages it resent as stored.
     pub(super) fn assemble(
         &self,
         st: &State,
-        parsed: &formats::ParsedRequest,
+        parsed: &mut formats::ParsedRequest,
         ratio: Option<f64>,
         measure: &Measure,
         recall_limit: Option<u64>,
@@ -296,8 +298,13 @@ impl Engine {
         if self.offers_scope_tools(st) {
             extra_tools.extend(scope_tools(format, &self.config.scopes));
         }
-        let request =
-            formats::render_request_moving(format, &parsed.instructions, messages, &parsed.rest, &extra_tools);
+        let request = formats::render_request_moving(
+            format,
+            &parsed.instructions,
+            messages,
+            std::mem::take(&mut parsed.rest),
+            &extra_tools,
+        );
         Assembled {
             request,
             tokens: total,

@@ -784,7 +784,7 @@ impl Engine {
                 .filter_map(|(seq, i)| Some((seq, history.get_mut(i)?.take()?)))
                 .collect();
         }
-        let assembled = self.assemble(&st, &parsed, ratio, &measure, recall_limit, sent);
+        let assembled = self.assemble(&st, &mut parsed, ratio, &measure, recall_limit, sent);
         st.memory.last_estimate = parsed.model.clone().map(|model| records::Estimate {
             model,
             tokens: assembled.tokens,

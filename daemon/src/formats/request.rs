@@ -199,16 +199,17 @@ pub fn render_request<M: Borrow<Message>>(
     extra_tools: &[Value],
 ) -> Value {
     let messages = messages.iter().map(|m| Cow::Borrowed(m.borrow())).collect();
-    render_request_moving(format, instructions, messages, rest, extra_tools)
+    render_request_moving(format, instructions, messages, rest.clone(), extra_tools)
 }
 
 /// [`render_request`] for messages that may be owned: an owned message already in `format`
-/// gives up its `raw` instead of a copy of it (assembly moves in what the request itself resent).
+/// gives up its `raw` instead of a copy of it, and `rest` moves in (assembly moves in what the
+/// request itself sent: its tool definitions can be half of it).
 pub fn render_request_moving(
     format: Format,
     instructions: &[Message],
     messages: Vec<Cow<'_, Message>>,
-    rest: &Map<String, Value>,
+    rest: Map<String, Value>,
     extra_tools: &[Value],
 ) -> Value {
     let mut out = Map::new();
@@ -252,8 +253,8 @@ pub fn render_request_moving(
         }
     }
     for (k, v) in rest {
-        if !out.contains_key(k) {
-            out.insert(k.clone(), v.clone());
+        if !out.contains_key(&k) {
+            out.insert(k, v);
         }
     }
     if !extra_tools.is_empty() {
