@@ -69,15 +69,18 @@ pub struct TrafficCpu {
 }
 
 impl TrafficCpu {
-    /// Per pair, in µs: the request path, the lanes, the benchmark's clients.
+    /// Per pair, in µs: the request path, the lanes, the daemon's other threads, the
+    /// benchmark's clients.
     fn cell(&self, pairs: u64, traffic_s: f64) -> String {
         let per = |s: f64| s * 1e6 / pairs.max(1) as f64;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
         format!(
-            "request path **{:.0} µs**, lanes {:.0} µs, the benchmark's clients {:.0} µs \
+            "request path **{:.0} µs**, lanes {:.0} µs, the daemon's other threads (query \
+             embedding, model pool, index commits) {:.0} µs, the benchmark's clients {:.0} µs \
              ({:.0}% of {cores} cores busy over the traffic)",
             per(self.daemon.request_path_s()),
             per(self.daemon.lanes_s),
+            per(self.daemon.other_s),
             per(self.bench.total_s),
             100.0 * (self.daemon.total_s + self.bench.total_s) / (cores * traffic_s.max(1e-9)),
         )

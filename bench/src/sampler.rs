@@ -68,46 +68,59 @@ pub fn rss_kb(pid: u32) -> Option<u64> {
 }
 
 /// CPU seconds a process has used, split by where it went: the lanes' threads (named
-/// `recalld-lane-…`) and everything else (the request path: the runtime's workers and its
-/// blocking pool, whose threads come and go). Read from `/proc`; None when it cannot be.
+/// `recalld-lane-…`), the other threads of its own (recall's query embedding, the model's
+/// worker pool, index commits, the main thread) and the rest: the request path, the runtime's
+/// workers and its blocking pool (`tokio-rt-worker`), whose threads come and go (what an
+/// exited thread used stays in the process's total, so it lands in the rest). From `/proc`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Cpu {
     pub total_s: f64,
     pub lanes_s: f64,
+    pub other_s: f64,
 }
 
 impl Cpu {
-    /// The process's own time (`/proc/PID/stat`, which keeps what exited threads used) and its
-    /// lane threads' (`/proc/PID/task/*/stat`).
+    /// The process's own time (`/proc/PID/stat`) and its live threads' (`/proc/PID/task`).
     pub fn of(pid: u32) -> Option<Cpu> {
         let total_s = ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)?;
-        let mut lanes_s = 0.0;
+        let (mut lanes_s, mut other_s) = (0.0, 0.0);
         for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
             let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
                 continue; // the thread exited since the listing
             };
-            if comm(&stat).is_some_and(|c| c.starts_with("recalld-lane")) {
-                lanes_s += ticks(&stat).unwrap_or(0.0);
+            match comm(&stat) {
+                Some(c) if c.starts_with("recalld-lane") => lanes_s += ticks(&stat).unwrap_or(0.0),
+                Some("tokio-rt-worker") | None => {}
+                Some(_) => other_s += ticks(&stat).unwrap_or(0.0),
             }
         }
-        Some(Cpu { total_s, lanes_s })
+        Some(Cpu {
+            total_s,
+            lanes_s,
+            other_s,
+        })
     }
 
-    /// This process (the benchmark's clients and its sampler).
+    /// This process (the benchmark's clients and its sampler), all counted as its total.
     pub fn of_self() -> Option<Cpu> {
-        Cpu::of(std::process::id()).map(|c| Cpu { lanes_s: 0.0, ..c })
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        Some(Cpu {
+            total_s: ticks(&stat)?,
+            ..Cpu::default()
+        })
     }
 
     pub fn since(self, earlier: Cpu) -> Cpu {
         Cpu {
             total_s: self.total_s - earlier.total_s,
             lanes_s: self.lanes_s - earlier.lanes_s,
+            other_s: self.other_s - earlier.other_s,
         }
     }
 
-    /// What was not the lanes': the request path and the daemon's other threads.
+    /// What was neither the lanes' nor the other named threads': the request path.
     pub fn request_path_s(self) -> f64 {
-        (self.total_s - self.lanes_s).max(0.0)
+        (self.total_s - self.lanes_s - self.other_s).max(0.0)
     }
 }
 
