@@ -171,8 +171,9 @@ impl Engine {
     }
 
     /// instructions; facts block; history in view; note ask (+ note tool) while episodes leave.
-    /// The request's own values move into the one rendered: its other fields (`parsed.rest` is
-    /// left empty) and, in `sent`, the history messages it resent as stored.
+    /// The request's own values move into the one rendered: its instructions and other fields
+    /// (`parsed.instructions` and `parsed.rest` are left empty) and, in `sent`, the history
+    /// messages it resent as stored.
     pub(super) fn assemble(
         &self,
         st: &State,
@@ -300,7 +301,7 @@ impl Engine {
         }
         let request = formats::render_request_moving(
             format,
-            &parsed.instructions,
+            std::mem::take(&mut parsed.instructions),
             messages,
             std::mem::take(&mut parsed.rest),
             &extra_tools,

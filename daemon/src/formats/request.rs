@@ -199,15 +199,16 @@ pub fn render_request<M: Borrow<Message>>(
     extra_tools: &[Value],
 ) -> Value {
     let messages = messages.iter().map(|m| Cow::Borrowed(m.borrow())).collect();
-    render_request_moving(format, instructions, messages, rest.clone(), extra_tools)
+    render_request_moving(format, instructions.to_vec(), messages, rest.clone(), extra_tools)
 }
 
 /// [`render_request`] for messages that may be owned: an owned message already in `format`
-/// gives up its `raw` instead of a copy of it, and `rest` moves in (assembly moves in what the
-/// request itself sent: its tool definitions can be half of it).
+/// gives up its `raw` instead of a copy of it, and the instructions and `rest` move in
+/// (assembly moves in what the request itself sent: a system prompt and tool definitions can
+/// be most of it).
 pub fn render_request_moving(
     format: Format,
-    instructions: &[Message],
+    instructions: Vec<Message>,
     messages: Vec<Cow<'_, Message>>,
     rest: Map<String, Value>,
     extra_tools: &[Value],
@@ -215,17 +216,17 @@ pub fn render_request_moving(
     let mut out = Map::new();
     match format {
         Format::ChatCompletions => {
-            let all = instructions.iter().map(Cow::Borrowed).chain(messages);
+            let all = instructions.into_iter().map(Cow::Owned).chain(messages);
             out.insert("messages".into(), Value::Array(render_chat(all)));
         }
-        Format::AnthropicMessages => messages::render(instructions, &messages, &mut out),
+        Format::AnthropicMessages => messages::render(&instructions, &messages, &mut out),
         Format::Responses => {
             let mut fields = Vec::new();
             let mut input: Vec<Cow<'_, Message>> = Vec::new();
             for m in instructions {
-                match &m.raw {
-                    Value::String(s) if m.format == Format::Responses => fields.push(s.clone()),
-                    _ => input.push(Cow::Borrowed(m)),
+                match m.raw {
+                    Value::String(s) if m.format == Format::Responses => fields.push(s),
+                    _ => input.push(Cow::Owned(m)),
                 }
             }
             input.extend(messages);
