@@ -110,6 +110,23 @@ pub struct DecorateArgs {
     pub history: HistoryMode,
 }
 
+impl DecorateArgs {
+    /// A decorate of `request` for `memory` with every other argument at its default (the
+    /// daemon's clock, stored, the memory's ceiling, the whole history resent).
+    pub fn new(memory: impl Into<String>, request: Value) -> DecorateArgs {
+        DecorateArgs {
+            memory: memory.into(),
+            request,
+            now: None,
+            dry_run: false,
+            ceiling: None,
+            agent: None,
+            user: None,
+            history: HistoryMode::Full,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DecorateReply {
     pub request: Value,

@@ -378,22 +378,17 @@ mod tests {
     /// string) is rendered as stored, as before.
     #[test]
     fn resent_messages_render_as_stored_whatever_shape_the_request_resends_them_in() {
-        use recalld_protocol::ops::{DecorateArgs, HistoryMode};
+        use recalld_protocol::ops::DecorateArgs;
         use serde_json::json;
         let dir = tempfile::tempdir().unwrap();
         let store = std::sync::Arc::new(crate::store::Store::open(dir.path(), &Default::default()).unwrap());
         let engine = Engine::new(store, None, Default::default());
         let decorate = |messages: Value, now: f64| {
+            let request = json!({"model": "gpt-4o", "messages": messages});
             engine
                 .decorate(DecorateArgs {
-                    memory: "m".into(),
-                    request: json!({"model": "gpt-4o", "messages": messages}),
                     now: Some(now),
-                    dry_run: false,
-                    ceiling: None,
-                    agent: None,
-                    user: None,
-                    history: HistoryMode::Full,
+                    ..DecorateArgs::new("m", request)
                 })
                 .unwrap()
         };

@@ -133,6 +133,10 @@ mod tests {
     use crate::engine::records::{MemoryRecord, Source, StoredMessage};
     use crate::formats::Role;
 
+    fn resent(stored: usize, incoming: usize, len: usize) -> Option<Resent> {
+        Some(Resent { stored, incoming, len })
+    }
+
     fn plan_for(mem: &MemoryRecord, st: &[StoredMessage], incoming: &[Message], mode: HistoryMode) -> Plan {
         let fingerprints: Vec<u64> = st.iter().map(|m| m.fingerprint).collect();
         let incoming_fp: Vec<u64> = incoming.iter().map(Message::fingerprint).collect();
@@ -166,12 +170,7 @@ mod tests {
             vec!["fine", "good"]
         );
         assert_eq!(p.supersede_from, None);
-        let whole = Resent {
-            stored: 0,
-            incoming: 0,
-            len: 3,
-        };
-        assert_eq!(p.resent, Some(whole));
+        assert_eq!(p.resent, resent(0, 0, 3));
     }
 
     #[test]
@@ -183,14 +182,7 @@ mod tests {
         assert_eq!(p.aligned, "extends");
         assert_eq!(p.new.len(), 1);
         // The request's first two messages are the stored third and fourth.
-        assert_eq!(
-            p.resent,
-            Some(Resent {
-                stored: 2,
-                incoming: 0,
-                len: 2
-            })
-        );
+        assert_eq!(p.resent, resent(2, 0, 2));
     }
 
     #[test]
@@ -201,14 +193,7 @@ mod tests {
         let p = plan_for(&mem, &st, &incoming, HistoryMode::Full);
         assert_eq!(p.aligned, "extends");
         assert_eq!(p.new.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(), vec!["next"]);
-        assert_eq!(
-            p.resent,
-            Some(Resent {
-                stored: 2,
-                incoming: 0,
-                len: 2
-            })
-        );
+        assert_eq!(p.resent, resent(2, 0, 2));
     }
 
     #[test]
@@ -220,14 +205,7 @@ mod tests {
         assert_eq!(p.aligned, "edit");
         assert_eq!(p.supersede_from, Some(2));
         assert_eq!(p.new.len(), 1);
-        assert_eq!(
-            p.resent,
-            Some(Resent {
-                stored: 0,
-                incoming: 0,
-                len: 2
-            })
-        );
+        assert_eq!(p.resent, resent(0, 0, 2));
     }
 
     #[test]

@@ -127,7 +127,7 @@ impl Engine {
 mod tests {
     use std::sync::Arc;
 
-    use recalld_protocol::ops::{DecorateArgs, HistoryMode};
+    use recalld_protocol::ops::DecorateArgs;
     use serde_json::json;
 
     use super::*;
@@ -153,14 +153,11 @@ mod tests {
         for (memory, now) in [("b", 100.0), ("c", 200.0), ("a", 300.0)] {
             first
                 .decorate(DecorateArgs {
-                    memory: memory.into(),
-                    request: json!({"messages": [{"role": "user", "content": format!("hello from {memory}")}]}),
                     now: Some(now),
-                    dry_run: false,
-                    ceiling: None,
-                    agent: None,
-                    user: None,
-                    history: HistoryMode::Full,
+                    ..DecorateArgs::new(
+                        memory,
+                        json!({"messages": [{"role": "user", "content": format!("hello from {memory}")}]}),
+                    )
                 })
                 .unwrap();
         }
