@@ -258,11 +258,17 @@ fn a_full_disk_is_a_clean_error_and_every_acknowledged_message_survives_it() {
     let mut acknowledged: Vec<Step> = Vec::new();
     let mut i = 0u64;
     let mut map = 0;
-    // The ops that met the full disk: rounds go on (large user messages, then large replies, …)
-    // until both a decorate and a report have.
+    // The ops that met the full disk: rounds go on (large user messages until a decorate has met
+    // it, then large replies) until both a decorate and a report have.
     let mut failed_ops = std::collections::BTreeSet::new();
     for (round, filler) in (1..).zip(&fillers) {
-        let shape = if round % 2 == 1 { USER_HEAVY } else { REPLY_HEAVY };
+        // Which op's commit meets the full disk is a matter of sizes and of what the lanes
+        // wrote just before, so a round is shaped for an op that has not met it yet.
+        let shape = if failed_ops.contains("decorate") {
+            REPLY_HEAVY
+        } else {
+            USER_HEAVY
+        };
         // Fill the disk.
         let round_start = Instant::now();
         let before = acknowledged.len();
