@@ -543,9 +543,9 @@ impl Engine {
                     new: incoming[from..].iter().map(|m| m.as_ref().clone()).collect(),
                     aligned: "extends",
                     // What is loaded ends the request's resent part.
-                    resent: Some(ingest::Resent {
+                    resent: from.checked_sub(stored_seqs.len()).map(|at| ingest::Resent {
                         stored: 0,
-                        incoming: from - stored_seqs.len(),
+                        incoming: at,
                         len: stored_seqs.len(),
                     }),
                 };
@@ -582,8 +582,10 @@ impl Engine {
         // What the request resent unchanged, by the seq it is stored under: assembly renders
         // these from the request's own values, moved, instead of copying the stored ones.
         let resent: Vec<(u64, usize)> = plan.resent.map_or_else(Vec::new, |r| {
+            // Read with `get`: a pairing that went wrong costs copies, never a panic (and a
+            // message moved in is shown only when equal to the stored one).
             (0..r.len)
-                .filter_map(|k| Some((stored_seqs[r.stored + k], sent_at[r.incoming + k]?)))
+                .filter_map(|k| Some((*stored_seqs.get(r.stored + k)?, (*sent_at.get(r.incoming + k)?)?)))
                 .collect()
         });
         let mut new_user = false;
