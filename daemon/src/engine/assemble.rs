@@ -280,9 +280,13 @@ impl Engine {
                     }
                 }
                 if m.message.format == format {
-                    // The request's own copy, when it sent this message as stored, is moved
-                    // into the reply; the stored one is copied otherwise.
-                    match sent.remove(&m.seq).filter(|s| s.raw == m.message.raw) {
+                    // The request's own copy, when it sent this message exactly as stored (key
+                    // order too: the rendered bytes stay what they were), is moved into the
+                    // reply; the stored one is copied otherwise.
+                    match sent
+                        .remove(&m.seq)
+                        .filter(|s| formats::identical(&s.raw, &m.message.raw))
+                    {
                         Some(s) => messages.push(Cow::Owned(s)),
                         None => messages.push(Cow::Borrowed(&m.message)),
                     }
@@ -375,7 +379,7 @@ mod tests {
 
     /// A request resending its history has those messages rendered from its own values (moved,
     /// not copied); one it resends in another shape that aligns all the same (text parts for a
-    /// string) is rendered as stored, as before.
+    /// string, its keys in another order) is rendered as stored, as before, byte for byte.
     #[test]
     fn resent_messages_render_as_stored_whatever_shape_the_request_resends_them_in() {
         use recalld_protocol::ops::DecorateArgs;
@@ -399,6 +403,8 @@ mod tests {
         ]);
         decorate(first.clone(), 100.0);
         let mut again = first.as_array().unwrap().clone();
+        // The same message with its keys in another order, and one in text parts.
+        again[0] = json!({"content": "Which linker does the release build use?", "role": "user"});
         again[1] = json!({"role": "assistant", "content": [{"type": "text", "text": "mold, since March."}]});
         again.push(json!({"role": "assistant", "content": "lld."}));
         again.push(json!({"role": "user", "content": "Thanks."}));
@@ -412,8 +418,11 @@ mod tests {
             .filter(|m| !m["content"].as_str().is_some_and(|t| t.starts_with("Recorded facts")))
             .collect();
         let mut expected = again;
+        expected[0] = first[0].clone();
         expected[1] = first[1].clone();
-        assert_eq!(rendered, expected.iter().collect::<Vec<_>>());
+        // Compared as text: serde_json's `==` would not see the keys' order.
+        let text = |v: &[&Value]| v.iter().map(|m| m.to_string()).collect::<Vec<_>>();
+        assert_eq!(text(&rendered), text(&expected.iter().collect::<Vec<_>>()));
     }
 
     /// What holding an episode back frees is what it shows in the view: its note calls and

@@ -418,6 +418,21 @@ fn canonical(v: &Value, out: &mut Vec<u8>) {
 }
 
 /// "a string", "an array", … for error messages.
+/// Equal and written alike: the same keys in the same order at every depth. serde_json's `==`
+/// ignores the order of a map's keys; the bytes a provider sees, and its cached prefix, do not.
+pub(crate) fn identical(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y)
+                    .all(|((ka, va), (kb, vb))| ka == kb && identical(va, vb))
+        }
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(va, vb)| identical(va, vb)),
+        _ => a == b,
+    }
+}
+
 pub(crate) fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
