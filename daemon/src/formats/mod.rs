@@ -417,7 +417,6 @@ fn canonical(v: &Value, out: &mut Vec<u8>) {
     }
 }
 
-/// "a string", "an array", … for error messages.
 /// Equal and written alike: the same keys in the same order at every depth. serde_json's `==`
 /// ignores the order of a map's keys; the bytes a provider sees, and its cached prefix, do not.
 pub(crate) fn identical(a: &Value, b: &Value) -> bool {
@@ -433,6 +432,7 @@ pub(crate) fn identical(a: &Value, b: &Value) -> bool {
     }
 }
 
+/// "a string", "an array", … for error messages.
 pub(crate) fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
