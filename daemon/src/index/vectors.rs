@@ -140,6 +140,16 @@ fn options(dim: usize) -> IndexOptions {
     }
 }
 
+/// A search's matches as (key, cosine): cosine distance is 1 − cosine.
+fn cosines_of(found: usearch::ffi::Matches) -> Vec<(u64, f32)> {
+    found
+        .keys
+        .into_iter()
+        .zip(found.distances)
+        .map(|(key, d)| (key, 1.0 - d))
+        .collect()
+}
+
 /// A read-only view of the index saved at `path` (mapped, not read), and the mapping it reads
 /// from, to be kept for as long as the view (see the module doc for why usearch does not map
 /// the file itself).
@@ -249,12 +259,7 @@ impl Handle {
 
     fn add(&mut self, key: u64, vector: &[f32]) -> Result<(), IndexError> {
         self.writable()?;
-        if vector.len() != self.index.dimensions() {
-            return Err(IndexError::Dimension {
-                got: vector.len(),
-                want: self.index.dimensions(),
-            });
-        }
+        self.fits(vector)?;
         if self.index.contains(key) {
             self.remove(key)?;
         }
@@ -286,23 +291,53 @@ impl Handle {
     }
 
     fn search(&self, query: &[f32], k: usize) -> Result<Vec<(u64, f32)>, IndexError> {
-        if query.len() != self.index.dimensions() {
-            return Err(IndexError::Dimension {
-                got: query.len(),
-                want: self.index.dimensions(),
-            });
-        }
+        self.fits(query)?;
         if k == 0 || self.index.size() == 0 {
             return Ok(Vec::new());
         }
-        let found = self.index.search(query, k).map_err(err)?;
-        // Cosine distance is 1 − cosine; report the cosine.
-        Ok(found
-            .keys
-            .into_iter()
-            .zip(found.distances)
-            .map(|(key, d)| (key, 1.0 - d))
-            .collect())
+        Ok(cosines_of(self.index.search(query, k).map_err(err)?))
+    }
+
+    /// The `k` nearest keys to `query` among those `keep` accepts (the graph's search, skipping
+    /// the others: approximate, like [`Handle::search`]).
+    fn search_where(&self, query: &[f32], k: usize, keep: impl Fn(u64) -> bool) -> Result<Vec<(u64, f32)>, IndexError> {
+        self.fits(query)?;
+        if k == 0 || self.index.size() == 0 {
+            return Ok(Vec::new());
+        }
+        Ok(cosines_of(self.index.filtered_search(query, k, keep).map_err(err)?))
+    }
+
+    /// The cosine of `query` with each of `keys` the index holds, nearest first: exact, read
+    /// key by key (for a few hundred keys; past that, [`Handle::search_where`]).
+    fn cosines(&self, query: &[f32], keys: &[u64]) -> Result<Vec<(u64, f32)>, IndexError> {
+        self.fits(query)?;
+        let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let q = norm(query);
+        let mut v = vec![0f32; query.len()];
+        let mut out = Vec::new();
+        for &key in keys {
+            if !self.index.contains(key) || self.index.get(key, &mut v).map_err(err)? == 0 {
+                continue;
+            }
+            let dot: f32 = query.iter().zip(&v).map(|(a, b)| a * b).sum();
+            let n = q * norm(&v);
+            out.push((key, if n > 0.0 { dot / n } else { 0.0 }));
+        }
+        out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        Ok(out)
+    }
+
+    /// Whether a vector has the index's dimensions.
+    fn fits(&self, vector: &[f32]) -> Result<(), IndexError> {
+        if vector.len() == self.index.dimensions() {
+            Ok(())
+        } else {
+            Err(IndexError::Dimension {
+                got: vector.len(),
+                want: self.index.dimensions(),
+            })
+        }
     }
 
     fn save(&mut self, files: &Files) -> Result<(), IndexError> {
@@ -420,6 +455,23 @@ impl Vectors {
     /// The `k` nearest keys to `query` by cosine, nearest first, with their cosine.
     pub fn search(&self, memory: &str, query: &[f32], k: usize) -> Result<Vec<(u64, f32)>, IndexError> {
         self.with(memory, |h| h.search(query, k))
+    }
+
+    /// The cosine of `query` with each of `keys` the memory's index holds, nearest first
+    /// (exact: for a few hundred keys).
+    pub fn cosines(&self, memory: &str, query: &[f32], keys: &[u64]) -> Result<Vec<(u64, f32)>, IndexError> {
+        self.with(memory, |h| h.cosines(query, keys))
+    }
+
+    /// The `k` nearest keys to `query` among those `keep` accepts, nearest first.
+    pub fn search_where(
+        &self,
+        memory: &str,
+        query: &[f32],
+        k: usize,
+        keep: impl Fn(u64) -> bool,
+    ) -> Result<Vec<(u64, f32)>, IndexError> {
+        self.with(memory, |h| h.search_where(query, k, keep))
     }
 
     /// The keys the memory's index holds, ascending (what the start-up check compares).
@@ -642,6 +694,28 @@ mod tests {
         let hits = v.search("m", &unit(0, 0.1), 3).unwrap();
         assert_eq!(keys(&hits), vec![10, 11, 12]);
         assert!(hits[0].1 > 0.99 && hits[2].1.abs() < 0.01, "{hits:?}");
+    }
+
+    #[test]
+    fn exact_cosines_of_chosen_keys_and_a_search_among_some_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = Vectors::open(dir.path(), DIM, "vectors", 8).unwrap();
+        for (k, (i, tilt)) in [(10, (0, 0.0)), (11, (0, 0.5)), (12, (3, 0.0)), (13, (0, 0.05))] {
+            v.add("m", k, &unit(i, tilt)).unwrap();
+        }
+        let check = |v: &Vectors| {
+            // Only the keys asked for, nearest first; one the index lacks is left out.
+            let c = v.cosines("m", &unit(0, 0.0), &[12, 11, 99, 10]).unwrap();
+            assert_eq!(keys(&c), vec![10, 11, 12], "{c:?}");
+            assert!((c[0].1 - 1.0).abs() < 0.01 && c[2].1.abs() < 0.01, "{c:?}");
+            let among = v.search_where("m", &unit(0, 0.0), 2, |k| k != 10).unwrap();
+            assert_eq!(keys(&among), vec![13, 11], "{among:?}");
+        };
+        check(&v);
+        // The same from a view of the saved file.
+        v.save("m").unwrap();
+        let reopened = Vectors::open(dir.path(), DIM, "vectors", 8).unwrap();
+        check(&reopened);
     }
 
     #[test]
