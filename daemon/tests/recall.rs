@@ -13,6 +13,8 @@ use serde_json::{json, Value};
 use util::Daemon;
 
 const CEILING: u64 = 3_000;
+/// 2023-11-14T22:13:20Z.
+const START: f64 = 1_700_000_000.0;
 const TURNS: usize = 36;
 const NAMES: [&str; 12] = [
     "aurora", "borealis", "cygnus", "draco", "eridanus", "fornax", "gemini", "hydra", "indus", "lyra", "musca", "norma",
@@ -58,6 +60,8 @@ struct Convo {
     memory: String,
     history: Vec<Value>,
     now: f64,
+    /// Time between one turn's reply and the next user message.
+    gap: f64,
     calls: usize,
 }
 
@@ -129,7 +133,7 @@ impl Convo {
         }
         self.report(json!({"role": "assistant", "content": reply.clone()}));
         self.history.push(json!({"role": "assistant", "content": reply}));
-        self.now += 120.0;
+        self.now += self.gap;
         self.quiet();
     }
 }
@@ -164,14 +168,20 @@ fn facts_block(request: &Value) -> String {
 }
 
 fn converse(d: &Daemon, memory: &str) -> Convo {
+    converse_every(d, memory, 120.0, TURNS)
+}
+
+/// `turns` turns, `gap` seconds from one reply to the next message.
+fn converse_every(d: &Daemon, memory: &str, gap: f64, turns: usize) -> Convo {
     let mut c = Convo {
         client: d.client(),
         memory: memory.into(),
         history: Vec::new(),
-        now: 1_700_000_000.0,
+        now: START,
+        gap,
         calls: 0,
     };
-    for i in 0..TURNS {
+    for i in 0..turns {
         c.turn(user_text(i), format!("Noted, service {} is on my list.", name(i)));
     }
     c
@@ -320,6 +330,7 @@ fn a_forgotten_turn_comes_back_grouped_dated_distilled_and_survives_an_index_reb
         memory: "ops".into(),
         history: c.history.clone(),
         now: c.now,
+        gap: c.gap,
         calls: 0,
     };
     c2.quiet();
@@ -533,7 +544,8 @@ fn an_unrelated_memory_recalls_nothing_and_a_fresh_memory_needs_no_embedding() {
         client: d.client(),
         memory: "fresh".into(),
         history: vec![],
-        now: 1_700_000_000.0,
+        now: START,
+        gap: 120.0,
         calls: 0,
     };
     let r = c.decorate(Some("Hello there"), true);
@@ -576,4 +588,46 @@ fn a_block_with_room_to_spare_searches_deeper_and_a_full_one_does_not() {
         items.len() > full["info"]["recall"]["items"].as_array().unwrap().len(),
         "{r}"
     );
+}
+
+/// A question naming a day brings back what was said that day, though nothing in its words or
+/// meaning points at it more than at any other day's: the time search finds the passages said
+/// then, and only those; another day's question finds another day's turn.
+#[test]
+fn a_question_naming_a_day_brings_back_what_was_said_that_day() {
+    let d = Daemon::start_with_config(DEADLINE);
+    // A turn every ten days (the sleep fades the view before each): turn i on 2023-11-14 + 10 i.
+    let mut c = converse_every(&d, "days", 10.0 * 86_400.0, TURNS);
+    let asked = |day: &str| format!("What did we go over on {day}? I lost my notes from then.");
+    for (i, day) in [(2, "4 December 2023"), (9, "February 12th, 2024")] {
+        let d = c.decorate(Some(&asked(day)), true);
+        let r = &d["info"]["recall"];
+        assert!(r["searches"]["time:passages"].as_u64().unwrap_or(0) > 0, "{r}");
+        let said = START + 10.0 * 86_400.0 * i as f64;
+        let time = &r["times"][0];
+        assert!(
+            time["from"].as_f64().unwrap() <= said && said < time["to"].as_f64().unwrap(),
+            "{r}"
+        );
+        let (_, block) = recall_block(&d["request"]).unwrap_or_else(|| panic!("a recall block: {r}"));
+        assert!(
+            block.contains(&user_text(i)),
+            "turn {} (said on {day}) is not in the block:\n{block}\n{r}",
+            i + 1
+        );
+        let by_time: Vec<&Value> = r["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|it| {
+                it["kind"] == "passage" && it["searches"].as_array().unwrap().contains(&json!("time:passages"))
+            })
+            .map(|it| &it["turns"])
+            .collect();
+        assert_eq!(by_time, vec![&json!([i + 1, i + 1])], "{r}");
+    }
+    // Without the day, the same words name no time to search.
+    let undated = c.decorate(Some("What did we go over? I lost my notes from then."), true);
+    let r = &undated["info"]["recall"];
+    assert!(r["searches"].get("time:passages").is_none(), "{r}");
 }

@@ -36,6 +36,7 @@ mod tokens;
 mod units;
 pub mod walk;
 mod warm;
+mod when;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -176,14 +176,18 @@ pub(crate) fn parse_date(s: &str) -> Option<f64> {
         }
         secs = h * 3600.0 + min * 60.0 + sec;
     }
-    // Days from 1970-01-01 in the proleptic Gregorian calendar (civil-from-days, inverted).
+    Some(days_from_civil(y, m, day) as f64 * 86_400.0 + secs)
+}
+
+/// Days from 1970-01-01 to a date of the proleptic Gregorian calendar (civil-from-days,
+/// inverted: [`civil_from_days`](super::passages::civil_from_days)).
+pub(super) fn days_from_civil(y: i64, m: i64, day: i64) -> i64 {
     let (y, m) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;
     let doy = (153 * m + 2) / 5 + day - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days as f64 * 86_400.0 + secs)
+    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]

@@ -11,8 +11,13 @@ use crate::formats::Role;
 /// equal) 64 scored 0.818 against 0.831 for 160; finer excerpts ranked no better.
 pub const PASSAGE_TOKENS: u64 = 160;
 
+/// A pause this long (seconds) between two units starts a new passage: a passage is dated by its
+/// first message, and the time search finds it by that date, so the first turns of a
+/// conversation taken up again days later must not sit in a passage of the day before.
+pub const PAUSE_S: f64 = 3_600.0;
+
 /// The passages of one episode's history messages (in order), numbered from `next`, each up to
-/// about `max_tokens` ([`PASSAGE_TOKENS`] by default).
+/// about `max_tokens` ([`PASSAGE_TOKENS`] by default) and none across a [`PAUSE_S`] pause.
 pub fn passages_of(episode: u64, messages: &[&StoredMessage], next: u64, max_tokens: u64) -> Vec<Passage> {
     let mut out: Vec<Passage> = Vec::new();
     let mut current: Vec<&StoredMessage> = Vec::new();
@@ -40,7 +45,8 @@ pub fn passages_of(episode: u64, messages: &[&StoredMessage], next: u64, max_tok
     for u in units(messages) {
         let unit = &messages[u.start..u.end];
         let unit_size: u64 = unit.iter().map(|m| m.tokens as u64).sum();
-        if !current.is_empty() && size + unit_size > max_tokens {
+        let resumed = current.last().is_some_and(|m| unit[0].at - m.at >= PAUSE_S);
+        if !current.is_empty() && (size + unit_size > max_tokens || resumed) {
             flush(&mut current, &mut out);
             size = 0;
         }
@@ -76,7 +82,7 @@ pub fn date(unix: f64) -> String {
 
 /// The proleptic Gregorian date of a count of days since 1970-01-01 (days → era of 400 years
 /// → year of era → day of year → month and day, with March as the first month).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
+pub(super) fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -153,5 +159,38 @@ pub(super) mod tests {
                 assert!(p.text.contains(&m.message.text), "excerpt keeps the text verbatim");
             }
         }
+    }
+
+    #[test]
+    fn a_conversation_taken_up_after_a_pause_starts_a_new_passage() {
+        let mut mem = MemoryRecord::new("m", 0.0);
+        // Four short exchanges: two at day 0, two a day later; all would fit one passage.
+        let ms: Vec<StoredMessage> = [0.0, 60.0, 86_400.0, 86_460.0]
+            .into_iter()
+            .enumerate()
+            .flat_map(|(i, at)| {
+                let u = msg(&mut mem, Role::User, &format!("question {i}"), at);
+                let a = msg(&mut mem, Role::Assistant, &format!("answer {i}"), at + 5.0);
+                [u, a]
+            })
+            .collect();
+        let refs: Vec<&StoredMessage> = ms.iter().collect();
+        let ps = passages_of(0, &refs, 0, PASSAGE_TOKENS);
+        let spans: Vec<(u64, u64, String)> = ps.iter().map(|p| (p.first_seq, p.last_seq, date(p.at))).collect();
+        assert_eq!(
+            spans,
+            vec![(0, 3, "1970-01-01".to_owned()), (4, 7, "1970-01-02".to_owned())]
+        );
+        // Less than the pause apart, they stay together.
+        let close: Vec<StoredMessage> = ms
+            .iter()
+            .cloned()
+            .map(|mut m| {
+                m.at = m.at.min(PAUSE_S - 1.0);
+                m
+            })
+            .collect();
+        let refs: Vec<&StoredMessage> = close.iter().collect();
+        assert_eq!(passages_of(0, &refs, 0, PASSAGE_TOKENS).len(), 1);
     }
 }

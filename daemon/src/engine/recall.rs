@@ -1,7 +1,7 @@
 //! Recall: what left the view comes back. For a new user message, facts and passages of
 //! history out of view are searched by words (BM25) and by meaning (cosine), for the message,
-//! each of its parts and the recent conversation; the lists are fused by rank (reciprocal rank
-//! fusion); the walk adds facts one entity away from the best ones (a bridge to the answer);
+//! each of its parts and the recent conversation, and by the time the message names (the
+//! passages said then, by meaning); the lists are fused by rank (reciprocal rank fusion); the walk adds facts one entity away from the best ones (a bridge to the answer);
 //! what fits the recall budget becomes the recall block, stored with the message.
 //!
 //! The message is embedded before the memory's lock is taken (`Query`), within the recall
@@ -19,6 +19,7 @@ use super::records::{
     fingerprint_hex, EpisodeState, Fact, FactStatus, Passage, RecallBlock, RecallItem, VectorKind, VectorRecord,
 };
 use super::state::State;
+use super::when::{self, Window};
 use super::{blocks, tokens, walk, Engine};
 use crate::formats::{ParsedRequest, Role};
 use crate::store::{keys, Table};
@@ -30,6 +31,13 @@ const HITS: usize = 24;
 /// Hits of the deeper meaning search, run when the first searches' candidates would not fill
 /// the block's room (not counting filler: what only the recent conversation's words found).
 const DEEP_HITS: usize = 192;
+/// A search's name and its hits (document key, cosine), nearest first.
+type Hits = (&'static str, Vec<(u64, f32)>);
+/// Passages of the time a message names ranked exactly (each vector read), at most; a window
+/// holding more is searched through the vector graph.
+const TIME_EXACT: u64 = 512;
+/// Passages of the time a message names read to find [`HITS`] out of view.
+const TIME_READ: usize = 4 * HITS;
 /// Each message part's best documents placed first in the block (when the message has parts).
 const PART_LEADS: usize = 2;
 /// The walk starts from this many of the best facts.
@@ -544,6 +552,29 @@ impl Engine {
                 }
             }
         }
+        // Time: the passages said and the facts noted from what was said in the days and months
+        // the message names ("on 3 June", "yesterday"), nearest the message by meaning. Without
+        // the message's vector there is nothing to order them by, and the other searches stand
+        // alone.
+        let windows = when::windows(&q.text, now);
+        if let (Some(vix), Some(v), false) = (&ix.vectors, q.vectors.first(), windows.is_empty()) {
+            if catching_up || started.elapsed() > search_budget {
+                skipped.push("time".into());
+            } else {
+                match self.said_in(st, &windows, vix, v) {
+                    Ok(found) => {
+                        for (name, hits) in found {
+                            for &(k, cos) in &hits {
+                                let best = cosines.entry(k).or_insert(cos);
+                                *best = best.max(cos);
+                            }
+                            lists.push((name.into(), hits.into_iter().map(|(k, _)| k).collect()));
+                        }
+                    }
+                    Err(e) => errors.push(e),
+                }
+            }
+        }
         // The walk the lane prepared from the exchange this message follows: one more list.
         let prepared = st.memory.walk.as_ref().filter(|w| walk::ready_for(st, w, seq));
         if let Some(w) = prepared {
@@ -574,6 +605,7 @@ impl Engine {
                         })
                         .is_some()
                 });
+                keys.truncate(HITS);
             }
             Ok(())
         });
@@ -817,6 +849,8 @@ impl Engine {
                 "ready": prepared.is_some(),
             })),
             "searches": lists.iter().map(|(n, k)| (n.clone(), json!(k.len()))).collect::<serde_json::Map<_, _>>(),
+            // The stretches of time the message named, searched by the time search.
+            "times": windows.iter().map(|w| json!({"from": w.from, "to": w.to})).collect::<Vec<_>>(),
             "items": block.as_ref().map(|b| &b.items),
             "errors": errors,
             "skipped": skipped,
@@ -831,6 +865,86 @@ impl Engine {
             },
         });
         Recalled { block, info }
+    }
+
+    /// What was said within `windows`, nearest `query` first: the passages first said then
+    /// ([`TIME_READ`] at most: some may be in view) and the facts recall may show noted from the
+    /// episodes said then ([`HITS`] at most). A memory's passages are numbered in the
+    /// conversation's order (episodes are cut in order), so their times ascend with their
+    /// numbers and binary searches find each window's. A window of a few hundred documents is
+    /// ranked exactly, a larger one through the vector graph.
+    fn said_in(
+        &self,
+        st: &State,
+        windows: &[Window],
+        vix: &crate::index::vectors::Vectors,
+        query: &[f32],
+    ) -> Result<[Hits; 2], String> {
+        let memory = st.memory.id.as_str();
+        let ranges = self
+            .store
+            .read(|r| {
+                let at = |n: u64| -> Result<f64, crate::store::StoreError> {
+                    let p: Option<Passage> = r.get(Table::Passages, &keys::seq(memory, n))?;
+                    Ok(p.map_or(f64::NEG_INFINITY, |p| p.at))
+                };
+                // The first passage said at or after `t`.
+                let first_from = |t: f64| -> Result<u64, crate::store::StoreError> {
+                    let (mut lo, mut hi) = (0, st.memory.next_passage);
+                    while lo < hi {
+                        let mid = lo + (hi - lo) / 2;
+                        if at(mid)? < t {
+                            lo = mid + 1;
+                        } else {
+                            hi = mid;
+                        }
+                    }
+                    Ok(lo)
+                };
+                windows
+                    .iter()
+                    .map(|w| Ok(first_from(w.from)?..first_from(w.to)?))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(|e| e.to_string())?;
+        let mut passages: Vec<u64> = ranges
+            .iter()
+            .flat_map(|r| r.clone())
+            .map(|n| Doc::Passage(n).key())
+            .collect();
+        passages.sort_unstable();
+        passages.dedup();
+        // An episode's messages run from the end of the one before to its own end.
+        let mut facts: Vec<u64> = Vec::new();
+        let mut began = f64::NEG_INFINITY;
+        for e in &st.episodes {
+            if windows.iter().any(|w| e.at >= w.from && began < w.to) {
+                facts.extend(
+                    e.facts
+                        .iter()
+                        .filter(|&&n| st.fact(n).is_none_or(|f| f.is_active() && !in_facts_block(st, f)))
+                        .map(|&n| Doc::Fact(n).key()),
+                );
+            }
+            began = e.at;
+        }
+        facts.sort_unstable();
+        facts.dedup();
+        let rank = |keys: &[u64], k: usize| {
+            let mut hits = if keys.len() as u64 <= TIME_EXACT {
+                vix.cosines(memory, query, keys)
+            } else {
+                let keys: HashSet<u64> = keys.iter().copied().collect();
+                vix.search_where(memory, query, k, |key| keys.contains(&key))
+            }
+            .map_err(|e| e.to_string())?;
+            hits.truncate(k);
+            Ok::<_, String>(hits)
+        };
+        Ok([
+            ("time:passages", rank(&passages, TIME_READ)?),
+            ("time:facts", rank(&facts, HITS)?),
+        ])
     }
 
     /// Adds the facts one entity away from the best facts found, scored by their source's score
@@ -1145,6 +1259,20 @@ pub(super) fn excerpts_section(passages: &[&Passage]) -> String {
     out
 }
 
+/// When what a fact says was said, as far as the memory knows: the end of the episodes it was
+/// noted from. The note may come much later (an episode is noted when it leaves the view, which
+/// in a conversation taken up again now and then is days after it was said), and a fact dated by
+/// its note would tell the model that "last Saturday" was weeks later than it was. The note's
+/// own time when it names no episode.
+fn said(st: &State, f: &Fact) -> f64 {
+    f.episodes
+        .iter()
+        .filter_map(|&e| st.episodes.get(e as usize))
+        .map(|e| e.at)
+        .reduce(f64::max)
+        .unwrap_or(f.at)
+}
+
 /// Facts grouped by the entity they share most among themselves (named for it), each group in
 /// the order its best fact came, newest first within.
 fn push_groups(out: &mut String, st: &State, facts: &[&Fact]) {
@@ -1176,7 +1304,7 @@ fn push_groups(out: &mut String, st: &State, facts: &[&Fact]) {
                 .iter()
                 .take_while(|g| (g.first_turn, g.last_turn) == (f.first_turn, f.last_turn))
                 .count();
-            let dated = format!("{}, {}", turns(f.first_turn, f.last_turn), date(f.at));
+            let dated = format!("{}, {}", turns(f.first_turn, f.last_turn), date(said(st, f)));
             if run == 1 {
                 out.push_str(&format!("\n- {} ({dated})", f.note));
             } else {
@@ -1311,6 +1439,32 @@ mod tests {
                 date(day)
             )
         );
+    }
+
+    #[test]
+    fn a_fact_is_dated_by_the_episodes_it_was_noted_from_not_by_its_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(dir.path(), &Default::default()).unwrap();
+        let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
+        // Said on 2023-05-25 and 2023-06-09; noted on 2023-07-12, when both left the view.
+        let (said, later, noted) = (1_685_000_000.0, 1_686_300_000.0, 1_689_150_000.0);
+        for (k, at) in [(0u64, said), (1, later)] {
+            st.push_episode(Episode {
+                at,
+                ..Episode::spanning((2 * k, 2 * k + 1), (k + 1, k + 1), 10, EpisodeState::Sealed)
+            });
+        }
+        let mut race = Fact::new("Melanie ran a charity race last Saturday.", "", "", false, noted);
+        (race.first_turn, race.last_turn, race.episodes) = (1, 2, vec![0, 1]);
+        let mut orphan = Fact::new("Noted with no episode leaving.", "", "", false, noted);
+        (orphan.first_turn, orphan.last_turn) = (3, 3);
+        let text = render_parts(&st, &[&race, &orphan], &[]);
+        assert!(text.contains(&format!("(turns 1–2, {})", date(later))), "{text}");
+        assert_eq!(
+            (date(later).as_str(), date(noted).as_str()),
+            ("2023-06-09", "2023-07-12")
+        );
+        assert!(text.contains(&format!("(turn 3, {})", date(noted))), "{text}");
     }
 
     #[test]

@@ -1,0 +1,327 @@
+//! Time a message names: the days and months its words point at ("on 3 June, 2023", "June 3rd",
+//! "in July 2022", "2023-06-03", "yesterday", "last week"), as windows of time recall searches
+//! the conversation in. A question about a day is answered by what was said that day or in the
+//! days after it ("yesterday I…", "last weekend…"), so a window runs from the day before the
+//! named days to a week after them. Pure: text and the time now in, windows out.
+//!
+//! Years alone, seasons and weekdays are not read: a window that wide narrows nothing, and a
+//! weekday names a different day every week. A month name alone is read only capitalised after a
+//! word such as "in" ("in May"), so "may" the verb is not a month.
+
+use super::notes::days_from_civil;
+use super::passages::civil_from_days;
+
+const DAY: f64 = 86_400.0;
+/// Days before the named ones a window opens (a time zone's worth, and what was said the
+/// evening before).
+const BEFORE_DAYS: i64 = 1;
+/// Days after the named ones a window closes: what happened is told in the days that follow.
+const AFTER_DAYS: i64 = 7;
+
+/// A stretch of time, Unix seconds: `from` inclusive, `to` exclusive.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Window {
+    pub from: f64,
+    pub to: f64,
+}
+
+const MONTHS: [&str; 12] = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+];
+
+/// Words before a month named alone that make it a time ("in May", "during March").
+const MONTH_LEADS: [&str; 12] = [
+    "in", "during", "of", "since", "until", "by", "early", "mid", "late", "last", "this", "before",
+];
+
+/// The windows of time `text` names, relative to `now` where it leaves the year out, in the
+/// order named, without repeats; none that opens after `now`.
+pub fn windows(text: &str, now: f64) -> Vec<Window> {
+    let words = words(text);
+    let today = (now / DAY).floor() as i64;
+    let mut spans: Vec<(i64, i64)> = Vec::new(); // first and last day named, days since 1970
+    let mut i = 0;
+    while i < words.len() {
+        let (taken, span) = named_at(&words, i, today);
+        if let Some(s) = span {
+            spans.push(s);
+        }
+        i += taken.max(1);
+    }
+    let mut out: Vec<Window> = Vec::new();
+    for (first, last) in spans {
+        let w = Window {
+            from: (first - BEFORE_DAYS) as f64 * DAY,
+            to: (last + AFTER_DAYS + 1) as f64 * DAY,
+        };
+        if w.from <= now && !out.contains(&w) {
+            out.push(w);
+        }
+    }
+    out
+}
+
+/// A word of the text: its characters, lower case, and whether it began with a capital.
+struct Word {
+    lower: String,
+    capital: bool,
+}
+
+/// Runs of letters and digits ("3rd", "2023", "june"); an ISO date ("2023-06-03") stays one word.
+fn words(text: &str) -> Vec<Word> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    let chars: Vec<char> = text.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        let joins_iso = c == '-'
+            && current.len() >= 4
+            && current.chars().all(|d| d.is_ascii_digit() || d == '-')
+            && chars.get(i + 1).is_some_and(char::is_ascii_digit);
+        if c.is_alphanumeric() || joins_iso {
+            current.push(c);
+        } else if !current.is_empty() {
+            out.push(word(std::mem::take(&mut current)));
+        }
+    }
+    if !current.is_empty() {
+        out.push(word(current));
+    }
+    out
+}
+
+fn word(w: String) -> Word {
+    Word {
+        capital: w.chars().next().is_some_and(char::is_uppercase),
+        lower: w.to_lowercase(),
+    }
+}
+
+fn month(w: &Word) -> Option<u32> {
+    MONTHS.iter().position(|m| *m == w.lower).map(|i| i as u32 + 1)
+}
+
+/// A day of the month: "3", "03", "3rd", "21st".
+fn day(w: &Word) -> Option<u32> {
+    let digits = w
+        .lower
+        .strip_suffix("st")
+        .or_else(|| w.lower.strip_suffix("nd"))
+        .or_else(|| w.lower.strip_suffix("rd"))
+        .or_else(|| w.lower.strip_suffix("th"))
+        .unwrap_or(&w.lower);
+    if digits.is_empty() || digits.len() > 2 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().filter(|d| (1..=31).contains(d))
+}
+
+fn year(w: &Word) -> Option<i64> {
+    if w.lower.len() != 4 || !w.lower.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    w.lower.parse().ok().filter(|y| (1900..=2200).contains(y))
+}
+
+/// "2023-06-03".
+fn iso(w: &Word) -> Option<i64> {
+    let mut it = w.lower.split('-');
+    let (y, m, d) = (it.next()?, it.next()?, it.next()?);
+    if it.next().is_some() || y.len() != 4 || m.len() != 2 || d.len() != 2 {
+        return None;
+    }
+    valid(y.parse().ok()?, m.parse().ok()?, d.parse().ok()?)
+}
+
+/// Days since 1970 of a date that exists.
+fn valid(y: i64, m: u32, d: u32) -> Option<i64> {
+    if !(1..=12).contains(&m) || d < 1 || d > days_in(y, m) {
+        return None;
+    }
+    Some(days_from_civil(y, m as i64, d as i64))
+}
+
+fn days_in(y: i64, m: u32) -> u32 {
+    let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+    (days_from_civil(ny, i64::from(nm), 1) - days_from_civil(y, i64::from(m), 1)) as u32
+}
+
+/// The time named at word `i`, if any: how many words it took, and its first and last day.
+fn named_at(words: &[Word], i: usize, today: i64) -> (usize, Option<(i64, i64)>) {
+    let w = &words[i];
+    let next = |k: usize| words.get(i + k);
+    if let Some(d) = iso(w) {
+        return (1, Some((d, d)));
+    }
+    match w.lower.as_str() {
+        "today" | "tonight" => return (1, Some((today, today))),
+        "yesterday" => return (1, Some((today - 1, today - 1))),
+        "last" if next(1).is_some_and(|n| n.lower == "week") => return (2, Some((today - 13, today - 7))),
+        "last" if next(1).is_some_and(|n| n.lower == "month") => {
+            let (y, m, _) = civil_from_days(today);
+            let (y, m) = if m == 1 { (y - 1, 12) } else { (y, m - 1) };
+            let first = days_from_civil(y, m as i64, 1);
+            return (2, Some((first, first + days_in(y, m) as i64 - 1)));
+        }
+        _ => {}
+    }
+    // "3 June[,] [2023]"
+    if let (Some(d), Some(m)) = (day(w), next(1).and_then(month)) {
+        let y = next(2).and_then(year);
+        let taken = 2 + usize::from(y.is_some());
+        return (taken, dated(words, i + taken, y, m, d, today).map(|x| (x, x)));
+    }
+    let Some(m) = month(w) else {
+        return (1, None);
+    };
+    // "June 3[rd][,] [2023]"
+    if let Some(d) = next(1).and_then(day) {
+        let y = next(2).and_then(year);
+        let taken = 2 + usize::from(y.is_some());
+        return (taken, dated(words, i + taken, y, m, d, today).map(|x| (x, x)));
+    }
+    // "June 2023"
+    if let Some(y) = next(1).and_then(year) {
+        return (2, whole_month(y, m));
+    }
+    // "in June"
+    let led = i > 0 && MONTH_LEADS.contains(&words[i - 1].lower.as_str());
+    if w.capital && led {
+        let (ty, tm, _) = civil_from_days(today);
+        let y = if m <= tm { ty } else { ty - 1 };
+        return (1, whole_month(y, m));
+    }
+    (1, None)
+}
+
+/// Day `d` of month `m`: in year `y` when given, else the next year the text names after it
+/// ("August 11 and August 15 2023"), else the latest such day up to today.
+fn dated(words: &[Word], after: usize, y: Option<i64>, m: u32, d: u32, today: i64) -> Option<i64> {
+    if let Some(y) = y.or_else(|| words[after.min(words.len())..].iter().find_map(year)) {
+        return valid(y, m, d);
+    }
+    let (ty, ..) = civil_from_days(today);
+    match valid(ty, m, d) {
+        Some(x) if x <= today => Some(x),
+        _ => valid(ty - 1, m, d),
+    }
+}
+
+fn whole_month(y: i64, m: u32) -> Option<(i64, i64)> {
+    let first = valid(y, m, 1)?;
+    Some((first, first + days_in(y, m) as i64 - 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn day_of(y: i64, m: i64, d: i64) -> f64 {
+        days_from_civil(y, m, d) as f64 * DAY
+    }
+
+    /// The window a span of named days gives.
+    fn span(first: f64, last: f64) -> Window {
+        Window {
+            from: first - DAY,
+            to: last + 8.0 * DAY,
+        }
+    }
+
+    #[test]
+    fn dates_in_the_forms_people_write_them() {
+        let now = day_of(2024, 1, 10) + 3600.0;
+        let june3 = span(day_of(2023, 6, 3), day_of(2023, 6, 3));
+        for text in [
+            "What new activity did Maria start, as mentioned on 3 June, 2023?",
+            "what happened on June 3rd, 2023",
+            "on 3rd June 2023?",
+            "the log from 2023-06-03 says",
+            "June 3,2023",
+        ] {
+            assert_eq!(windows(text, now), vec![june3], "{text}");
+        }
+        assert_eq!(
+            windows("Where did Joanna travel to in July 2022?", now),
+            vec![span(day_of(2022, 7, 1), day_of(2022, 7, 31))]
+        );
+        assert_eq!(
+            windows("Which book did Tim recommend on 8th December, 2023?", now),
+            vec![span(day_of(2023, 12, 8), day_of(2023, 12, 8))]
+        );
+    }
+
+    #[test]
+    fn a_missing_year_is_the_next_named_or_the_latest_past() {
+        let now = day_of(2024, 1, 10) + 3600.0;
+        assert_eq!(
+            windows("Where was John between August 11 and August 15 2023?", now),
+            vec![
+                span(day_of(2023, 8, 11), day_of(2023, 8, 11)),
+                span(day_of(2023, 8, 15), day_of(2023, 8, 15))
+            ]
+        );
+        // December is still to come in January: the last one.
+        assert_eq!(
+            windows("what did we fix on December 20?", now),
+            vec![span(day_of(2023, 12, 20), day_of(2023, 12, 20))]
+        );
+        assert_eq!(
+            windows("When did Melanie go camping in June?", now),
+            vec![span(day_of(2023, 6, 1), day_of(2023, 6, 30))]
+        );
+        assert_eq!(
+            windows("the deploy of January 5", now),
+            vec![span(day_of(2024, 1, 5), day_of(2024, 1, 5))]
+        );
+    }
+
+    #[test]
+    fn relative_days_count_from_now() {
+        let now = day_of(2024, 3, 20) + 15.0 * 3600.0;
+        let today = day_of(2024, 3, 20);
+        assert_eq!(
+            windows("what did I say yesterday?", now),
+            vec![span(today - DAY, today - DAY)]
+        );
+        assert_eq!(windows("anything new today", now), vec![span(today, today)]);
+        assert_eq!(
+            windows("the bug from last week", now),
+            vec![span(today - 13.0 * DAY, today - 7.0 * DAY)]
+        );
+        assert_eq!(
+            windows("the plan from last month", now),
+            vec![span(day_of(2024, 2, 1), day_of(2024, 2, 29))]
+        );
+    }
+
+    #[test]
+    fn words_that_only_look_like_dates_name_no_time() {
+        let now = day_of(2024, 3, 20);
+        for text in [
+            "You may want to march on",
+            "May I ask something?",
+            "It happened in 2023",
+            "see issue 3 in the june branch",
+            "We shipped 31 builds",
+            "on 31 February, 2023",
+            "2023-13-01",
+            "Order 1234-56-78",
+            "",
+        ] {
+            assert_eq!(windows(text, now), vec![], "{text}");
+        }
+        // A time after now opens no window.
+        assert_eq!(windows("on 5 May 2030", now), vec![]);
+    }
+}
