@@ -1,8 +1,9 @@
 //! Recall: what left the view comes back. For a new user message, facts and passages of
 //! history out of view are searched by words (BM25) and by meaning (cosine), for the message,
-//! each of its parts and the recent conversation, and by the time the message names (the
-//! passages said then, by meaning); the lists are fused by rank (reciprocal rank fusion); the walk adds facts one entity away from the best ones (a bridge to the answer);
-//! what fits the recall budget becomes the recall block, stored with the message.
+//! each of its parts and the recent conversation, and by the time the message names (what was
+//! said then, by meaning); the lists are fused by rank (reciprocal rank fusion); the walk adds
+//! facts one entity away from the best ones (a bridge to the answer); what fits the recall
+//! budget becomes the recall block, stored with the message.
 //!
 //! The message is embedded before the memory's lock is taken (`Query`), within the recall
 //! deadline (else recall goes by words only); searching and fusing are index lookups and
@@ -33,8 +34,8 @@ const HITS: usize = 24;
 const DEEP_HITS: usize = 192;
 /// A search's name and its hits (document key, cosine), nearest first.
 type Hits = (&'static str, Vec<(u64, f32)>);
-/// Passages of the time a message names ranked exactly (each vector read), at most; a window
-/// holding more is searched through the vector graph.
+/// Passages (or facts) of the time a message names ranked exactly (each vector read), at most;
+/// a window holding more is searched through the vector graph.
 const TIME_EXACT: u64 = 512;
 /// Passages of the time a message names read to find [`HITS`] out of view.
 const TIME_READ: usize = 4 * HITS;
@@ -559,7 +560,7 @@ impl Engine {
         let windows = when::windows(&q.text, now);
         if let (Some(vix), Some(v), false) = (&ix.vectors, q.vectors.first(), windows.is_empty()) {
             if catching_up || started.elapsed() > search_budget {
-                skipped.push("time".into());
+                skipped.extend(["time:passages".into(), "time:facts".into()]);
             } else {
                 match self.said_in(st, &windows, vix, v) {
                     Ok(found) => {
