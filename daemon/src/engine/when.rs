@@ -1,11 +1,11 @@
 //! Time a message names: the days and months its words point at ("on 3 June, 2023", "June 3rd",
-//! "in July 2022", "2023-06-03", "yesterday", "last week"), as windows of time recall searches
+//! "in July 2022", "2023-06-03", "yesterday", "last Friday", "last week"), as windows of time recall searches
 //! the conversation in. A question about a day is answered by what was said that day or in the
 //! days after it ("yesterday I…", "last weekend…"), so a window runs from the day before the
 //! named days to a week after them. Pure: text and the time now in, windows out.
 //!
-//! Years alone, seasons and weekdays are not read: a window that wide narrows nothing, and a
-//! weekday names a different day every week. A month name alone is read only capitalised after a
+//! Years alone, seasons and weekdays without "last" are not read: a window that wide narrows
+//! nothing, and "on Friday" may be the one to come. A month name alone is read only capitalised after a
 //! word such as "in" ("in May"), so "may" the verb is not a month.
 
 use super::notes::days_from_civil;
@@ -40,6 +40,20 @@ const MONTHS: [&str; 12] = [
     "december",
 ];
 
+const WEEKDAYS: [&str; 7] = [
+    "monday",
+    "tuesday",
+    "wednesday",
+    "thursday",
+    "friday",
+    "saturday",
+    "sunday",
+];
+
+/// Windows read from one message at most (the first named): a pasted log full of dates would
+/// otherwise search every day it names.
+const MAX_WINDOWS: usize = 8;
+
 /// Words before a month named alone that make it a time ("in May", "during March").
 const MONTH_LEADS: [&str; 12] = [
     "in", "during", "of", "since", "until", "by", "early", "mid", "late", "last", "this", "before",
@@ -65,7 +79,7 @@ pub fn windows(text: &str, now: f64) -> Vec<Window> {
             from: (first - BEFORE_DAYS) as f64 * DAY,
             to: (last + AFTER_DAYS + 1) as f64 * DAY,
         };
-        if w.from <= now && !out.contains(&w) {
+        if w.from <= now && !out.contains(&w) && out.len() < MAX_WINDOWS {
             out.push(w);
         }
     }
@@ -133,10 +147,11 @@ fn year(w: &Word) -> Option<i64> {
     w.lower.parse().ok().filter(|y| (1900..=2200).contains(y))
 }
 
-/// "2023-06-03".
+/// "2023-06-03", also as the start of a time ("2023-06-03T09:30").
 fn iso(w: &Word) -> Option<i64> {
     let mut it = w.lower.split('-');
     let (y, m, d) = (it.next()?, it.next()?, it.next()?);
+    let d = d.split_once('t').map_or(d, |(day, _)| day);
     if it.next().is_some() || y.len() != 4 || m.len() != 2 || d.len() != 2 {
         return None;
     }
@@ -167,6 +182,13 @@ fn named_at(words: &[Word], i: usize, today: i64) -> (usize, Option<(i64, i64)>)
         "today" | "tonight" => return (1, Some((today, today))),
         "yesterday" => return (1, Some((today - 1, today - 1))),
         "last" if next(1).is_some_and(|n| n.lower == "week") => return (2, Some((today - 13, today - 7))),
+        "last" if next(1).is_some_and(|n| WEEKDAYS.contains(&n.lower.as_str())) => {
+            // The latest such weekday before today (1970-01-01 was a Thursday).
+            let wd = WEEKDAYS.iter().position(|d| *d == words[i + 1].lower).unwrap_or(0) as i64;
+            let back = (today + 3 - wd).rem_euclid(7);
+            let day = today - if back == 0 { 7 } else { back };
+            return (2, Some((day, day)));
+        }
         "last" if next(1).is_some_and(|n| n.lower == "month") => {
             let (y, m, _) = civil_from_days(today);
             let (y, m) = if m == 1 { (y - 1, 12) } else { (y, m - 1) };
@@ -304,8 +326,26 @@ mod tests {
                 ("anything new today", &[(today, today)]),
                 ("the bug from last week", &[(today - 13.0 * DAY, today - 7.0 * DAY)]),
                 ("the plan from last month", &[(day_of(2024, 2, 1), day_of(2024, 2, 29))]),
+                // 2024-03-20 is a Wednesday.
+                (
+                    "what did we decide last Friday?",
+                    &[(day_of(2024, 3, 15), day_of(2024, 3, 15))],
+                ),
+                ("since last wednesday", &[(today - 7.0 * DAY, today - 7.0 * DAY)]),
+                (
+                    "see the log at 2024-03-18T09:30:00Z",
+                    &[(day_of(2024, 3, 18), day_of(2024, 3, 18))],
+                ),
             ],
         );
+    }
+
+    #[test]
+    fn a_message_full_of_dates_names_the_first_few() {
+        let log: String = (1..=28).map(|d| format!("2023-02-{d:02} ok\n")).collect();
+        let w = windows(&log, day_of(2024, 1, 1));
+        assert_eq!(w.len(), MAX_WINDOWS);
+        assert_eq!(w[0].from, day_of(2023, 2, 1) - DAY);
     }
 
     #[test]
@@ -322,6 +362,7 @@ mod tests {
             "",
             // A time after now opens no window.
             "on 5 May 2030",
+            "see you on Friday",
         ]
         .into_iter()
         .map(|t| (t, &[][..]))
