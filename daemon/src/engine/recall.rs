@@ -593,7 +593,7 @@ impl Engine {
         // only then).
         let mut out_of_view: HashMap<u64, Option<Passage>> = HashMap::new();
         let _ = self.store.read(|r| {
-            for (_, keys) in &mut lists {
+            for (name, keys) in &mut lists {
                 keys.retain(|&key| {
                     let Doc::Passage(n) = Doc::of(key) else { return true };
                     out_of_view
@@ -606,7 +606,10 @@ impl Engine {
                         })
                         .is_some()
                 });
-                keys.truncate(HITS);
+                // The time search read more than a list's hits, for those in view.
+                if name == "time:passages" {
+                    keys.truncate(HITS);
+                }
             }
             Ok(())
         });

@@ -1,12 +1,12 @@
 //! Time a message names: the days and months its words point at ("on 3 June, 2023", "June 3rd",
-//! "in July 2022", "2023-06-03", "yesterday", "last Friday", "last week"), as windows of time recall searches
-//! the conversation in. A question about a day is answered by what was said that day or in the
-//! days after it ("yesterday I…", "last weekend…"), so a window runs from the day before the
-//! named days to a week after them. Pure: text and the time now in, windows out.
+//! "in July 2022", "2023-06-03", "yesterday", "last Friday", "last week"), as windows of time
+//! recall searches the conversation in. A question about a day is answered by what was said that
+//! day or in the days after it ("yesterday I…", "last weekend…"), so a window runs from the day
+//! before the named days to a week after them. Pure: text and the time now in, windows out.
 //!
 //! Years alone, seasons and weekdays without "last" are not read: a window that wide narrows
-//! nothing, and "on Friday" may be the one to come. A month name alone is read only capitalised after a
-//! word such as "in" ("in May"), so "may" the verb is not a month.
+//! nothing, and "on Friday" may be the one to come. A month name alone is read only capitalised
+//! after a word such as "in" ("in May"), so "may" the verb is not a month.
 
 use super::notes::days_from_civil;
 use super::passages::civil_from_days;
