@@ -600,8 +600,8 @@ fn a_question_naming_a_day_brings_back_what_was_said_that_day() {
     let mut c = converse_every(&d, "days", 10.0 * 86_400.0, TURNS);
     let asked = |day: &str| format!("What did we go over on {day}? I lost my notes from then.");
     for (i, day) in [(2, "4 December 2023"), (9, "February 12th, 2024")] {
-        let d = c.decorate(Some(&asked(day)), true);
-        let r = &d["info"]["recall"];
+        let reply = c.decorate(Some(&asked(day)), true);
+        let r = &reply["info"]["recall"];
         assert!(r["searches"]["time:passages"].as_u64().unwrap_or(0) > 0, "{r}");
         let said = START + 10.0 * 86_400.0 * i as f64;
         let time = &r["times"][0];
@@ -609,7 +609,7 @@ fn a_question_naming_a_day_brings_back_what_was_said_that_day() {
             time["from"].as_f64().unwrap() <= said && said < time["to"].as_f64().unwrap(),
             "{r}"
         );
-        let (_, block) = recall_block(&d["request"]).unwrap_or_else(|| panic!("a recall block: {r}"));
+        let (_, block) = recall_block(&reply["request"]).unwrap_or_else(|| panic!("a recall block: {r}"));
         assert!(
             block.contains(&user_text(i)),
             "turn {} (said on {day}) is not in the block:\n{block}\n{r}",
