@@ -17,7 +17,7 @@ use std::time::Instant;
 use recalld::engine::{Engine, EngineConfig};
 use recalld::models::{Models, ModelsConfig};
 use recalld::store::{keys, Store, StoreOptions, Table};
-use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
+use recalld_protocol::ops::{DecorateArgs, ReportArgs};
 use serde_json::{json, Value};
 
 const NAMES: &[&str] = &[
@@ -224,14 +224,14 @@ fn main() {
 fn decorate(engine: &Engine, memory: &str, user: &str, text: &str, now: f64) -> Value {
     engine
         .decorate(DecorateArgs {
-            memory: memory.into(),
-            request: json!({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}),
             now: Some(now),
-            dry_run: false,
             ceiling: Some(16_000),
             agent: Some("bench".into()),
             user: Some(user.into()),
-            history: HistoryMode::Full,
+            ..DecorateArgs::new(
+                memory,
+                json!({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}),
+            )
         })
         .unwrap()
         .info

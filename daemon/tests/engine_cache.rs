@@ -10,7 +10,7 @@ use std::sync::Arc;
 use recalld::engine::records::MemoryRecord;
 use recalld::engine::{Engine, EngineConfig};
 use recalld::store::{keys, Read, Store, StoreOptions, Table};
-use recalld_protocol::ops::{DecorateArgs, DecorateReply, HistoryMode, ReportArgs};
+use recalld_protocol::ops::{DecorateArgs, DecorateReply, ReportArgs};
 use serde_json::{json, Value};
 
 /// The requests, the export, and what each decorate's alignment read (`info.aligned_on`).
@@ -97,14 +97,9 @@ fn decorate_full(engine: &Engine, messages: Value, now: f64) -> DecorateReply {
 fn decorate_in(engine: &Engine, memory: &str, messages: Value, now: f64) -> DecorateReply {
     engine
         .decorate(DecorateArgs {
-            memory: memory.into(),
-            request: json!({"model": "gpt-4o", "messages": messages}),
             now: Some(now),
-            dry_run: false,
             ceiling: Some(900),
-            agent: None,
-            user: None,
-            history: HistoryMode::Full,
+            ..DecorateArgs::new(memory, json!({"model": "gpt-4o", "messages": messages}))
         })
         .unwrap()
 }

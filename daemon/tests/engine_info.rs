@@ -23,14 +23,10 @@ fn info_lists_the_episodes_in_view_and_only_the_latest_out_of_it() {
         let user = json!({"role": "user", "content": format!("Turn {turn}: what is the status of parcel {turn} and where is it now?")});
         engine
             .decorate(DecorateArgs {
-                memory: "i".into(),
-                request: json!({"model": "gpt-4o", "messages": [user]}),
                 now: Some(now),
-                dry_run: false,
                 ceiling: Some(700),
-                agent: None,
-                user: None,
                 history: HistoryMode::Delta,
+                ..DecorateArgs::new("i", json!({"model": "gpt-4o", "messages": [user]}))
             })
             .unwrap()
             .info

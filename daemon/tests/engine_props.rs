@@ -15,7 +15,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use recalld::engine::{Engine, EngineConfig};
 use recalld::store::{Store, StoreOptions};
-use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
+use recalld_protocol::ops::{DecorateArgs, ReportArgs};
 use serde_json::{json, Value};
 
 const WORDS: &[&str] = &[
@@ -186,14 +186,9 @@ impl Sim {
     fn decorate(&mut self) -> Result<Value, TestCaseError> {
         self.now += 1.0;
         let args = DecorateArgs {
-            memory: "m".into(),
-            request: self.request(),
             now: Some(self.now),
-            dry_run: false,
             ceiling: Some(self.ceiling),
-            agent: None,
-            user: None,
-            history: HistoryMode::Full,
+            ..DecorateArgs::new("m", self.request())
         };
         let r = self
             .engine

@@ -412,14 +412,13 @@ fn names_are_resolved_through_the_entity_index_which_is_rebuilt_from_the_store()
 fn recall_info(engine: &Engine, memory: &str, text: &str, now: f64) -> Value {
     let out = engine
         .decorate(DecorateArgs {
-            memory: memory.into(),
-            request: json!({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}),
             now: Some(now),
             dry_run: true,
-            ceiling: None,
-            agent: None,
-            user: None,
             history: HistoryMode::Delta,
+            ..DecorateArgs::new(
+                memory,
+                json!({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}),
+            )
         })
         .unwrap();
     out.info["recall"].clone()

@@ -22,16 +22,15 @@ fn turn(engine: &Engine, memory: &str, prompt: &str, n: u32) {
     let now = 1_700_000_000.0 + f64::from(n) * 60.0;
     engine
         .decorate(DecorateArgs {
-            memory: memory.into(),
-            request: json!({"model": "gpt-4o", "messages": [
+            now: Some(now),
+            ceiling: Some(16_000),
+            history: HistoryMode::Delta,
+            ..DecorateArgs::new(
+                memory,
+                json!({"model": "gpt-4o", "messages": [
                 {"role": "system", "content": prompt},
                 {"role": "user", "content": format!("Question {n}: is flight {n} on time?")}]}),
-            now: Some(now),
-            dry_run: false,
-            ceiling: Some(16_000),
-            agent: None,
-            user: None,
-            history: HistoryMode::Delta,
+            )
         })
         .unwrap();
     let reply = json!({"id": "r", "object": "chat.completion", "model": "gpt-4o",

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use recalld::engine::{Engine, EngineConfig};
 use recalld::lanes::Lanes;
 use recalld::store::{Store, StoreOptions};
-use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
+use recalld_protocol::ops::{DecorateArgs, ReportArgs};
 use serde_json::{json, Value};
 
 fn chat(messages: &[Value]) -> Value {
@@ -24,14 +24,8 @@ fn reply(text: &str) -> Value {
 fn decorate(engine: &Engine, history: &[Value], now: f64) {
     engine
         .decorate(DecorateArgs {
-            memory: "lane".into(),
-            request: chat(history),
             now: Some(now),
-            dry_run: false,
-            ceiling: None,
-            agent: None,
-            user: None,
-            history: HistoryMode::Full,
+            ..DecorateArgs::new("lane", chat(history))
         })
         .unwrap();
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use recalld::engine::{Engine, EngineConfig};
 use recalld::models::{BoundaryScore, CallCtx, Embedder, Judge, ModelError, ModelId, Models, Relation, WalkLevel};
 use recalld::store::{Store, StoreOptions};
-use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
+use recalld_protocol::ops::{DecorateArgs, ReportArgs};
 use serde_json::{json, Value};
 
 const MEMORY: &str = "park";
@@ -67,14 +67,8 @@ impl Judge for PlainJudge {
 fn decorate(engine: &Engine, history: &[Value], now: f64) -> Value {
     engine
         .decorate(DecorateArgs {
-            memory: MEMORY.into(),
-            request: json!({"model": "gpt-4o", "messages": history}),
             now: Some(now),
-            dry_run: false,
-            ceiling: None,
-            agent: None,
-            user: None,
-            history: HistoryMode::Full,
+            ..DecorateArgs::new(MEMORY, json!({"model": "gpt-4o", "messages": history}))
         })
         .unwrap()
         .info

@@ -11,7 +11,7 @@ use recalld::engine::{Engine, EngineConfig};
 use recalld::lanes::Lanes;
 use recalld::models::{BoundaryScore, CallCtx, Embedder, Judge, ModelError, ModelId, Models, Relation, WalkLevel};
 use recalld::store::{Store, StoreOptions};
-use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
+use recalld_protocol::ops::{DecorateArgs, ReportArgs};
 use serde_json::{json, Value};
 
 /// A gate the test opens; judge calls wait at it.
@@ -135,14 +135,9 @@ fn decorate(engine: &Engine, memory: &str, history: &[Value], now: f64) -> Value
 fn decorate_at(engine: &Engine, memory: &str, history: &[Value], now: f64, ceiling: u64) -> Value {
     engine
         .decorate(DecorateArgs {
-            memory: memory.into(),
-            request: json!({"model": "gpt-4o", "messages": history}),
             now: Some(now),
-            dry_run: false,
             ceiling: Some(ceiling),
-            agent: None,
-            user: None,
-            history: HistoryMode::Full,
+            ..DecorateArgs::new(memory, json!({"model": "gpt-4o", "messages": history}))
         })
         .unwrap()
         .info

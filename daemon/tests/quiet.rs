@@ -25,14 +25,9 @@ fn queue_jobs(engine: &Engine, memory: &str) {
         let user = json!({"role": "user", "content": format!("turn {turn}: {long}")});
         engine
             .decorate(DecorateArgs {
-                memory: memory.into(),
-                request: json!({"model": "gpt-4o", "messages": [user]}),
                 now: Some(1000.0 + turn as f64 * 10.0),
-                dry_run: false,
-                ceiling: None,
-                agent: None,
-                user: None,
                 history: HistoryMode::Delta,
+                ..DecorateArgs::new(memory, json!({"model": "gpt-4o", "messages": [user]}))
             })
             .unwrap();
         engine

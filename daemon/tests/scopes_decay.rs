@@ -8,7 +8,7 @@ use recalld::engine::scopes::ops::{AgentChanges, Correction, ListFilter};
 use recalld::engine::{Engine, EngineConfig};
 use recalld::models::{BoundaryScore, CallCtx, Embedder, Judge, ModelError, ModelId, Models, Relation, WalkLevel};
 use recalld::store::{Store, StoreOptions};
-use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
+use recalld_protocol::ops::{DecorateArgs, ReportArgs};
 use serde_json::{json, Value};
 
 const T0: f64 = 1_767_225_600.0; // 2026-01-01
@@ -101,14 +101,13 @@ fn setup_with(config: EngineConfig) -> Setup {
 
 fn decorate(e: &Engine, memory: &str, user: &str, text: &str, now: f64) -> Value {
     e.decorate(DecorateArgs {
-        memory: memory.into(),
-        request: json!({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}),
         now: Some(now),
-        dry_run: false,
-        ceiling: None,
         agent: Some("coach".into()),
         user: Some(user.into()),
-        history: HistoryMode::Full,
+        ..DecorateArgs::new(
+            memory,
+            json!({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}),
+        )
     })
     .unwrap()
     .info
@@ -809,14 +808,10 @@ fn a_working_note_saved_with_remember_reaches_the_users_next_conversations_for_a
     const NOTE: &str = "Alex's visa application waits on the bank statement; ask whether it arrived.";
     let request = |memory: &str, agent: Option<&str>, user: &str, now: f64| {
         e.decorate(DecorateArgs {
-            memory: memory.into(),
-            request: json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "Where does my visa application stand?"}]}),
             now: Some(now),
-            dry_run: false,
-            ceiling: None,
             agent: agent.map(str::to_owned),
             user: Some(user.into()),
-            history: HistoryMode::Full,
+            ..DecorateArgs::new(memory, json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "Where does my visa application stand?"}]}))
         })
         .unwrap()
     };
@@ -858,16 +853,16 @@ fn a_working_note_saved_with_remember_reaches_the_users_next_conversations_for_a
     let raw = reply_remembering(NOTE)["choices"][0]["message"].clone();
     let next = e
         .decorate(DecorateArgs {
-            memory: "w1".into(),
-            request: json!({"model": "gpt-4o", "messages": [
-                {"role": "user", "content": "Where does my visa application stand?"}, raw,
-                {"role": "user", "content": "Thanks."}]}),
             now: Some(T0 + 2.0),
             dry_run: true,
-            ceiling: None,
             agent: Some("coach".into()),
             user: Some("alex".into()),
-            history: HistoryMode::Full,
+            ..DecorateArgs::new(
+                "w1",
+                json!({"model": "gpt-4o", "messages": [
+                {"role": "user", "content": "Where does my visa application stand?"}, raw,
+                {"role": "user", "content": "Thanks."}]}),
+            )
         })
         .unwrap();
     let sent = next.request["messages"].to_string();
@@ -954,14 +949,10 @@ fn the_recall_tool_searches_the_agents_memory_and_the_next_request_of_the_turn_s
     let ask = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "Let's plan the migration."}]});
     let decorate = |now: f64| {
         e.decorate(DecorateArgs {
-            memory: "r2".into(),
-            request: ask.clone(),
             now: Some(now),
-            dry_run: false,
-            ceiling: None,
             agent: Some("coach".into()),
             user: Some("alex".into()),
-            history: HistoryMode::Full,
+            ..DecorateArgs::new("r2", ask.clone())
         })
         .unwrap()
     };

@@ -12,7 +12,7 @@ use recalld::models::{
     BoundaryScore, CallCtx, Embedder, Extracted, Judge, ModelError, ModelId, Models, Relation, WalkLevel,
 };
 use recalld::store::{Store, StoreOptions};
-use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
+use recalld_protocol::ops::{DecorateArgs, ReportArgs};
 use serde_json::json;
 
 const T0: f64 = 1_767_225_600.0;
@@ -106,14 +106,11 @@ fn decorate(
     dry_run: bool,
 ) -> recalld_protocol::ops::DecorateReply {
     e.decorate(DecorateArgs {
-        memory: memory.into(),
-        request: json!({"model": "gpt-4o", "messages": messages}),
         now: Some(now),
         dry_run,
-        ceiling: None,
         agent: Some("ops".into()),
         user: Some("alex".into()),
-        history: HistoryMode::Full,
+        ..DecorateArgs::new(memory, json!({"model": "gpt-4o", "messages": messages}))
     })
     .unwrap()
 }

@@ -9,7 +9,7 @@ use recalld::engine::scopes::ops::{AgentChanges, ListFilter};
 use recalld::engine::scopes::policy::PolicyName;
 use recalld::engine::{Engine, EngineConfig};
 use recalld::store::{Store, StoreOptions};
-use recalld_protocol::ops::{DecorateArgs, HistoryMode, ReportArgs};
+use recalld_protocol::ops::{DecorateArgs, ReportArgs};
 use serde_json::{json, Value};
 
 const T0: f64 = 1_767_225_600.0;
@@ -32,14 +32,14 @@ fn setup(config: EngineConfig) -> Setup {
 fn decorate(e: &Engine, memory: &str, agent: &str, text: &str, now: f64) -> Value {
     let r = e
         .decorate(DecorateArgs {
-            memory: memory.into(),
-            request: json!({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}),
             now: Some(now),
-            dry_run: false,
             ceiling: Some(100_000),
             agent: Some(agent.into()),
             user: Some("alex".into()),
-            history: HistoryMode::Full,
+            ..DecorateArgs::new(
+                memory,
+                json!({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}),
+            )
         })
         .unwrap();
     r.info

@@ -960,14 +960,14 @@ fn write_memory(
 /// A question to `memory` as a new user message, decorated as a dry run at a 16k ceiling.
 fn question(memory: &str, text: &str, now: f64) -> DecorateArgs {
     DecorateArgs {
-        memory: memory.into(),
-        request: json!({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}),
         now: Some(now),
         dry_run: true,
         ceiling: Some(16_000),
-        agent: None,
-        user: None,
         history: HistoryMode::Delta,
+        ..DecorateArgs::new(
+            memory,
+            json!({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}),
+        )
     }
 }
 
