@@ -595,7 +595,9 @@ fn a_block_with_room_to_spare_searches_deeper_and_a_full_one_does_not() {
 /// then, and only those; another day's question finds another day's turn.
 #[test]
 fn a_question_naming_a_day_brings_back_what_was_said_that_day() {
-    let d = Daemon::start_with_config(DEADLINE);
+    // Nothing is relevant by meaning here (the gate at 0.99), so only the time can make a block
+    // relevant.
+    let d = Daemon::start_with_config(&format!("{DEADLINE}recall_relevant_cosine = 0.99\n"));
     // A turn every ten days (the sleep fades the view before each): turn i on 2023-11-14 + 10 i.
     let mut c = converse_every(&d, "days", 10.0 * 86_400.0, TURNS);
     let asked = |day: &str| format!("What did we go over on {day}? I lost my notes from then.");
@@ -625,7 +627,15 @@ fn a_question_naming_a_day_brings_back_what_was_said_that_day() {
             .map(|it| &it["turns"])
             .collect();
         assert_eq!(by_time, vec![&json!([i + 1, i + 1])], "{r}");
+        // What was said on a day long past is what the message asks for, whatever its words'
+        // cosine with it: the block gets the room of a relevant one.
+        assert_eq!((&r["said_then"], &r["relevant"]), (&json!(true), &json!(true)), "{r}");
     }
+    // "Today" names the conversation in progress, not a time it asks to have back.
+    let today = c.decorate(Some("What did we go over today? I lost my notes."), true);
+    let r = &today["info"]["recall"];
+    assert!(!r["times"].as_array().unwrap().is_empty(), "{r}");
+    assert_eq!((&r["said_then"], &r["relevant"]), (&json!(false), &json!(false)), "{r}");
     // Without the day, the same words name no time to search.
     let undated = c.decorate(Some("What did we go over? I lost my notes from then."), true);
     let r = &undated["info"]["recall"];

@@ -653,9 +653,19 @@ impl Engine {
         let walk_ms = walk_started.elapsed().as_secs_f64() * 1e3;
 
         // 4. The budget: the reserved room when something found is relevant by meaning (or
-        // when the message could not be embedded, so relevance is unknown), else what is free.
+        // when the message could not be embedded, so relevance is unknown), or when it was
+        // said in a time the message names that has passed (a week after the named days: "on
+        // 3 June", not "today" or "yesterday", which name the conversation in progress); else
+        // what is free.
         let best_cosine = candidates.iter().filter_map(|c| c.cosine).reduce(f32::max);
-        let relevant = q.vectors.is_empty() || best_cosine.is_some_and(|c| c >= self.config.recall_relevant_cosine);
+        let said_then = candidates.iter().any(|c| match &c.found {
+            Found::Passage(p) if c.searches.iter().any(|s| s == "time:passages") => {
+                windows.iter().any(|w| w.to <= now && (w.from..w.to).contains(&p.at))
+            }
+            _ => false,
+        });
+        let relevant =
+            q.vectors.is_empty() || said_then || best_cosine.is_some_and(|c| c >= self.config.recall_relevant_cosine);
         let budget = if relevant { room.reserved } else { room.free };
         // A block that holds nothing back shows no live episode.
         let hideable: &[u64] = if relevant { &room.hideable } else { &[] };
@@ -844,6 +854,7 @@ impl Engine {
             "holds_back": excerpted,
             "best_cosine": best_cosine,
             "relevant": relevant,
+            "said_then": said_then,
             "tokens": block.as_ref().map_or(0, |b| b.tokens),
             "candidates": candidates.len(),
             "walked": walked,
