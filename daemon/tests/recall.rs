@@ -41,6 +41,10 @@ fn user_text(i: usize) -> String {
     )
 }
 
+fn reply_text(i: usize) -> String {
+    format!("Noted, service {} is on my list.", name(i))
+}
+
 fn fact_text(i: usize) -> String {
     format!(
         "Service {} listens on port {} and is owned by {}.",
@@ -182,7 +186,7 @@ fn converse_every(d: &Daemon, memory: &str, gap: f64, turns: usize) -> Convo {
         calls: 0,
     };
     for i in 0..turns {
-        c.turn(user_text(i), format!("Noted, service {} is on my list.", name(i)));
+        c.turn(user_text(i), reply_text(i));
     }
     c
 }
@@ -592,14 +596,24 @@ fn a_block_with_room_to_spare_searches_deeper_and_a_full_one_does_not() {
 
 /// A question naming a day brings back what was said that day, though nothing in its words or
 /// meaning points at it more than at any other day's: the time search finds the passages said
-/// then, and only those; another day's question finds another day's turn.
+/// then and those that speak of that day from another, and only those; another day's question
+/// finds another day's turn.
 #[test]
 fn a_question_naming_a_day_brings_back_what_was_said_that_day() {
     // Nothing is relevant by meaning here (the gate at 0.99), so only the time can make a block
     // relevant.
     let d = Daemon::start_with_config(&format!("{DEADLINE}recall_relevant_cosine = 0.99\n"));
     // A turn every ten days (the sleep fades the view before each): turn i on 2023-11-14 + 10 i.
-    let mut c = converse_every(&d, "days", 10.0 * 86_400.0, TURNS);
+    // Turn 7 (2024-01-13) speaks of 4 December instead.
+    const LOOKING_BACK: usize = 6;
+    let mut c = converse_every(&d, "days", 10.0 * 86_400.0, LOOKING_BACK);
+    c.turn(
+        "Looking back at 4 December 2023: that was the day we rotated the TLS certificates.".into(),
+        "Noted.".into(),
+    );
+    for i in LOOKING_BACK + 1..TURNS {
+        c.turn(user_text(i), reply_text(i));
+    }
     let asked = |day: &str| format!("What did we go over on {day}? I lost my notes from then.");
     for (i, day) in [(2, "4 December 2023"), (9, "February 12th, 2024")] {
         let reply = c.decorate(Some(&asked(day)), true);
@@ -626,7 +640,15 @@ fn a_question_naming_a_day_brings_back_what_was_said_that_day() {
             })
             .map(|it| &it["turns"])
             .collect();
-        assert_eq!(by_time, vec![&json!([i + 1, i + 1])], "{r}");
+        // That day's turn, and for 4 December the turn that spoke of it a month later (not the
+        // next, said ten days later, whose "last week" is wider than the day asked about).
+        let mut by_time: Vec<Value> = by_time.into_iter().cloned().collect();
+        by_time.sort_by_key(|t| t[0].as_u64());
+        let mut want = vec![json!([i + 1, i + 1])];
+        if i == 2 {
+            want.push(json!([LOOKING_BACK + 1, LOOKING_BACK + 1]));
+        }
+        assert_eq!(by_time, want, "{r}");
         // What was said on a day long past is what the message asks for, whatever its words'
         // cosine with it: the block gets the room of a relevant one.
         assert_eq!((&r["said_then"], &r["relevant"]), (&json!(true), &json!(true)), "{r}");

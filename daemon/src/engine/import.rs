@@ -173,6 +173,7 @@ impl Engine {
             }
             for p in &passages {
                 w.put(Table::Passages, &keys::seq(id, p.n), p)?;
+                super::state::write_mentions(w, id, p)?;
             }
             for b in &recalls {
                 super::state::write_recall(w, id, b)?;

@@ -553,17 +553,20 @@ impl Engine {
                 }
             }
         }
-        // Time: the passages said and the facts noted from what was said in the days and months
-        // the message names ("on 3 June", "yesterday"), nearest the message by meaning. Without
+        // Time: the passages said in the days and months the message names ("on 3 June",
+        // "yesterday") or speaking of them, and the facts noted from what was said then,
+        // nearest the message by meaning. Without
         // the message's vector there is nothing to order them by, and the other searches stand
         // alone.
         let windows = when::windows(&q.text, now);
+        let mut said_in_past = HashSet::new();
         if let (Some(vix), Some(v), false) = (&ix.vectors, q.vectors.first(), windows.is_empty()) {
             if catching_up || started.elapsed() > search_budget {
                 skipped.extend(["time:passages".into(), "time:facts".into()]);
             } else {
-                match self.said_in(st, &windows, vix, v) {
-                    Ok(found) => {
+                match self.said_in(st, &windows, vix, v, now) {
+                    Ok((found, past)) => {
+                        said_in_past = past;
                         for (name, hits) in found {
                             for &(k, cos) in &hits {
                                 let best = cosines.entry(k).or_insert(cos);
@@ -658,12 +661,7 @@ impl Engine {
         // 3 June", not "today" or "yesterday", which name the conversation in progress); else
         // what is free.
         let best_cosine = candidates.iter().filter_map(|c| c.cosine).reduce(f32::max);
-        let said_then = candidates.iter().any(|c| match &c.found {
-            Found::Passage(p) if c.searches.iter().any(|s| s == "time:passages") => {
-                windows.iter().any(|w| w.to <= now && (w.from..w.to).contains(&p.at))
-            }
-            _ => false,
-        });
+        let said_then = candidates.iter().any(|c| said_in_past.contains(&c.doc.key()));
         let relevant =
             q.vectors.is_empty() || said_then || best_cosine.is_some_and(|c| c >= self.config.recall_relevant_cosine);
         let budget = if relevant { room.reserved } else { room.free };
@@ -882,21 +880,28 @@ impl Engine {
         Recalled { block, info }
     }
 
-    /// What was said within `windows`, nearest `query` first: the passages first said then
-    /// ([`TIME_READ`] at most: some may be in view) and the facts recall may show noted from the
-    /// episodes said then ([`HITS`] at most). A memory's passages are numbered in the
-    /// conversation's order (episodes are cut in order), so their times ascend with their
-    /// numbers and binary searches find each window's. A window of a few hundred documents is
-    /// ranked exactly, a larger one through the vector graph.
+    /// What was said within `windows` or of their days, nearest `query` first: the passages
+    /// first said then or speaking of those days from another (`Table::Mentions`; [`TIME_READ`]
+    /// at most: some may be in view) and the facts recall may show noted from the episodes said
+    /// then ([`HITS`] at most); and the passages found for windows closed before `now`. A
+    /// memory's passages are numbered in the conversation's order (episodes are cut in order),
+    /// so their times ascend with their numbers and binary searches find each window's. A
+    /// window of a few hundred documents is ranked exactly, a larger one through the vector
+    /// graph.
     fn said_in(
         &self,
         st: &State,
         windows: &[Window],
         vix: &crate::index::vectors::Vectors,
         query: &[f32],
-    ) -> Result<[Hits; 2], String> {
+        now: f64,
+    ) -> Result<([Hits; 2], HashSet<u64>), String> {
         let memory = st.memory.id.as_str();
-        let ranges = self
+        let prefix = keys::memory_prefix(memory);
+        // Per window: the passages said in it, then those that speak of days within its named
+        // ones from another day ("last month" said in April, for a question about March; a
+        // day's leeway either side).
+        let found: Vec<Vec<u64>> = self
             .store
             .read(|r| {
                 let at = |n: u64| -> Result<f64, crate::store::StoreError> {
@@ -916,17 +921,38 @@ impl Engine {
                     }
                     Ok(lo)
                 };
-                windows
-                    .iter()
-                    .map(|w| Ok(first_from(w.from)?..first_from(w.to)?))
-                    .collect::<Result<Vec<_>, _>>()
+                let mut found = Vec::new();
+                for w in windows {
+                    let mut docs: Vec<u64> = (first_from(w.from)?..first_from(w.to)?)
+                        .map(|n| Doc::Passage(n).key())
+                        .collect();
+                    // Days within the named ones: "last month" for a question about March,
+                    // not for one about a day of it.
+                    let (first, last) = (w.days.0 - 1, w.days.1 + 1);
+                    let start = keys::seq(memory, first.max(0) as u64);
+                    r.visit(Table::Mentions, &prefix, &start, |k, until: u64| {
+                        let from = keys::last_number(&k[..k.len() - 8]) as i64;
+                        if from > last {
+                            return Ok(false);
+                        }
+                        if until as i64 <= last {
+                            docs.push(Doc::Passage(keys::last_number(k)).key());
+                        }
+                        Ok(true)
+                    })?;
+                    found.push(docs);
+                }
+                Ok(found)
             })
             .map_err(|e| e.to_string())?;
-        let mut passages: Vec<u64> = ranges
+        // What was said in or of a time that has passed (see `recall`'s budget).
+        let past: HashSet<u64> = windows
             .iter()
-            .flat_map(|r| r.clone())
-            .map(|n| Doc::Passage(n).key())
+            .zip(&found)
+            .filter(|(w, _)| w.to <= now)
+            .flat_map(|(_, docs)| docs.iter().copied())
             .collect();
+        let mut passages: Vec<u64> = found.into_iter().flatten().collect();
         passages.sort_unstable();
         passages.dedup();
         // An episode's messages run from the end of the one before to its own end.
@@ -956,10 +982,13 @@ impl Engine {
             hits.truncate(k);
             Ok::<_, String>(hits)
         };
-        Ok([
-            ("time:passages", rank(&passages, TIME_READ)?),
-            ("time:facts", rank(&facts, HITS)?),
-        ])
+        Ok((
+            [
+                ("time:passages", rank(&passages, TIME_READ)?),
+                ("time:facts", rank(&facts, HITS)?),
+            ],
+            past,
+        ))
     }
 
     /// Adds the facts one entity away from the best facts found, scored by their source's score

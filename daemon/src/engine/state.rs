@@ -176,6 +176,7 @@ impl State {
         // Passages first: a recall block is stored with the passages it shows read back.
         for p in &self.new_passages {
             w.put(Table::Passages, &keys::seq(id, p.n), &stored_passage(p))?;
+            write_mentions(w, id, p)?;
         }
         for seq in &self.dirty_recalls {
             if let Some(b) = self.recalls.get(seq) {
@@ -751,6 +752,15 @@ pub fn passage_text(r: &impl Read, memory: &str, p: &mut Passage) -> Result<(), 
 }
 
 /// A passage as the store keeps it: without its text.
+/// The days a passage's text speaks of other than its own (`Table::Mentions`), written with
+/// the passage: the time search finds "last month" said in April for a question about March.
+pub fn write_mentions(w: &mut Writer<'_>, memory: &str, p: &Passage) -> Result<(), StoreError> {
+    for (first, last) in super::when::mentioned(&p.text, p.at) {
+        w.put(Table::Mentions, &keys::seq2(memory, first as u64, p.n), &(last as u64))?;
+    }
+    Ok(())
+}
+
 pub fn stored_passage(p: &Passage) -> Passage {
     Passage {
         text: String::new(),

@@ -18,11 +18,13 @@ const BEFORE_DAYS: i64 = 1;
 /// Days after the named ones a window closes: what happened is told in the days that follow.
 const AFTER_DAYS: i64 = 7;
 
-/// A stretch of time, Unix seconds: `from` inclusive, `to` exclusive.
+/// A stretch of time, Unix seconds: `from` inclusive, `to` exclusive, around `days`, the first
+/// and last day named (days since 1970).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Window {
     pub from: f64,
     pub to: f64,
+    pub days: (i64, i64),
 }
 
 const MONTHS: [&str; 12] = [
@@ -62,9 +64,42 @@ const MONTH_LEADS: [&str; 12] = [
 /// The windows of time `text` names, relative to `now` where it leaves the year out, in the
 /// order named, without repeats; none that opens after `now`.
 pub fn windows(text: &str, now: f64) -> Vec<Window> {
+    let mut out: Vec<Window> = Vec::new();
+    for (first, last) in spans(text, now) {
+        let w = Window {
+            from: (first - BEFORE_DAYS) as f64 * DAY,
+            to: (last + AFTER_DAYS + 1) as f64 * DAY,
+            days: (first, last),
+        };
+        if w.from <= now && !out.contains(&w) && out.len() < MAX_WINDOWS {
+            out.push(w);
+        }
+    }
+    out
+}
+
+/// The days `text`, said at `at`, speaks of other than its own ("yesterday", "last month", "on
+/// 3 June"), as (first, last) days since 1970, in the order named, without repeats: a turn
+/// said in April about "last month" is about March, and a question about March should find
+/// it. The first 8 such, none before 1970.
+pub fn mentioned(text: &str, at: f64) -> Vec<(i64, i64)> {
+    let today = (at / DAY).floor() as i64;
+    let mut out: Vec<(i64, i64)> = Vec::new();
+    for (first, last) in spans(text, at) {
+        let own = (first..=last).contains(&today);
+        if !own && first >= 0 && !out.contains(&(first, last)) && out.len() < MAX_WINDOWS {
+            out.push((first, last));
+        }
+    }
+    out
+}
+
+/// Every stretch of days `text` names, (first, last) days since 1970, relative to `now` where
+/// it leaves the year out.
+fn spans(text: &str, now: f64) -> Vec<(i64, i64)> {
     let words = words(text);
     let today = (now / DAY).floor() as i64;
-    let mut spans: Vec<(i64, i64)> = Vec::new(); // first and last day named, days since 1970
+    let mut spans = Vec::new();
     let mut i = 0;
     while i < words.len() {
         let (taken, span) = named_at(&words, i, today);
@@ -73,17 +108,7 @@ pub fn windows(text: &str, now: f64) -> Vec<Window> {
         }
         i += taken.max(1);
     }
-    let mut out: Vec<Window> = Vec::new();
-    for (first, last) in spans {
-        let w = Window {
-            from: (first - BEFORE_DAYS) as f64 * DAY,
-            to: (last + AFTER_DAYS + 1) as f64 * DAY,
-        };
-        if w.from <= now && !out.contains(&w) && out.len() < MAX_WINDOWS {
-            out.push(w);
-        }
-    }
-    out
+    spans
 }
 
 /// A word of the text: its characters, lower case, and whether it began with a capital.
@@ -260,6 +285,7 @@ mod tests {
                 .map(|&(first, last)| Window {
                     from: first - DAY,
                     to: last + 8.0 * DAY,
+                    days: ((first / DAY) as i64, (last / DAY) as i64),
                 })
                 .collect();
             assert_eq!(windows(text, now), want, "{text}");
@@ -338,6 +364,32 @@ mod tests {
                 ),
             ],
         );
+    }
+
+    #[test]
+    fn a_text_speaks_of_the_days_it_names_but_its_own() {
+        // Said on Tuesday 2023-04-18.
+        let at = day_of(2023, 4, 18) + 19.5 * 3600.0;
+        let day = |y, m, d| days_from_civil(y, m, d);
+        let cases: [(&str, &[(i64, i64)]); 5] = [
+            (
+                "My colleagues and I went to a convention together last month.",
+                &[(day(2023, 3, 1), day(2023, 3, 31))],
+            ),
+            (
+                "I ran a charity race yesterday!",
+                &[(day(2023, 4, 17), day(2023, 4, 17))],
+            ),
+            (
+                "Today was great; on 2 April, 2023 we met, and again on April 2nd.",
+                &[(day(2023, 4, 2), day(2023, 4, 2))],
+            ),
+            ("I'm so happy today", &[]),
+            ("Nothing dated here", &[]),
+        ];
+        for (text, want) in cases {
+            assert_eq!(mentioned(text, at), want, "{text}");
+        }
     }
 
     #[test]

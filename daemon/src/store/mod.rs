@@ -107,10 +107,14 @@ pub enum Table {
     /// memory id + version number → one version of the client's instructions (kept out of the
     /// memory record, which every op rewrites).
     Instructions,
+    /// memory id + first day + passage number → last day: a stretch of days a passage speaks
+    /// of other than the day it was said ("last month", "yesterday"), days since 1970, for
+    /// recall's time search.
+    Mentions,
 }
 
 impl Table {
-    pub const ALL: [Table; 25] = [
+    pub const ALL: [Table; 26] = [
         Table::Meta,
         Table::Memories,
         Table::Messages,
@@ -136,6 +140,7 @@ impl Table {
         Table::Decisions,
         Table::Prints,
         Table::Instructions,
+        Table::Mentions,
     ];
 
     /// The table's name in LMDB (and in receipts).
@@ -166,6 +171,7 @@ impl Table {
             Table::Decisions => "decisions",
             Table::Prints => "prints",
             Table::Instructions => "instructions",
+            Table::Mentions => "mentions",
         }
     }
 
