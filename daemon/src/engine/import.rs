@@ -28,6 +28,8 @@ impl Engine {
         record.id = memory.to_owned();
         // Every history message's print is written below, whatever the export said.
         record.prints_whole = true;
+        // And every passage's mentions.
+        record.mentions_whole = true;
         // The export lists every version of the instructions in the record; they are written
         // to their table below.
         record.instructions_stored = 0;

@@ -46,10 +46,24 @@ pub(super) fn passage_drafts(st: &State, r: &Reader<'_>, passage_tokens: u64) ->
         out.extend(ps);
         episodes.push(e.n);
     }
+    // A memory stored before table `mentions`: the days its passages speak of, read once.
+    let mentions = if st.memory.mentions_whole {
+        None
+    } else {
+        let prefix = keys::memory_prefix(&st.memory.id);
+        let mut rows = Vec::new();
+        r.visit(Table::Passages, &prefix, &prefix, |_, mut p: Passage| {
+            state::passage_text(r, &st.memory.id, &mut p)?;
+            rows.extend(state::mentions(&p));
+            Ok(true)
+        })?;
+        Some(rows)
+    };
     Ok(Drafts {
         passages: out,
         texts,
         episodes,
+        mentions,
     })
 }
 
@@ -59,6 +73,8 @@ pub(super) struct Drafts {
     pub passages: Vec<Passage>,
     pub texts: Vec<String>,
     pub episodes: Vec<u64>,
+    /// For a memory stored before table `mentions`: the rows of its stored passages.
+    pub mentions: Option<Vec<state::Mention>>,
 }
 
 /// The text passage `p` is embedded from, given its history messages (see [`passage_drafts`]):
@@ -467,6 +483,74 @@ mod tests {
         );
         assert!(apply_passages(&mut st, drafts.passages, None, drafts.episodes));
         assert!(!st.needs_passages(), "nothing is left to cut again at every job");
+    }
+
+    /// A memory stored before table `mentions` has none: its next `Index` job writes the rows
+    /// of every passage stored, once.
+    #[test]
+    fn a_memory_stored_before_mentions_gets_them_at_its_next_index_job() {
+        use crate::engine::records::{Episode, EpisodeState};
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(dir.path(), &Default::default()).unwrap();
+        let day = crate::engine::notes::days_from_civil(2023, 5, 8);
+        let at = day as f64 * 86_400.0 + 12.0 * 3600.0;
+        let mut st = store.read(|r| State::load(r, "m", at)).unwrap();
+        for (role, text) in [
+            (Role::User, "I ran a charity race yesterday!"),
+            (Role::Assistant, "Well done!"),
+        ] {
+            let mut record = st.memory.clone();
+            let m = crate::engine::passages::tests::msg(&mut record, role, text, at);
+            st.memory.turn = record.turn;
+            st.push_message(m);
+        }
+        st.push_episode(Episode::spanning((0, 1), (1, 1), 10, EpisodeState::Live));
+        let drafts = store
+            .read(|r| passage_drafts(&st, r, crate::engine::passages::PASSAGE_TOKENS))
+            .unwrap();
+        assert_eq!(drafts.mentions, None, "a new memory's passages are written with theirs");
+        assert!(apply_passages(&mut st, drafts.passages, None, drafts.episodes));
+        store.write(|w| st.save(w)).unwrap();
+        let prefix = keys::memory_prefix("m");
+        let rows = || {
+            store
+                .read(|r| {
+                    let mut out = Vec::new();
+                    r.visit(Table::Mentions, &prefix, &prefix, |k, last: u64| {
+                        out.push((keys::last_number(&k[..k.len() - 8]), last, keys::last_number(k)));
+                        Ok(true)
+                    })?;
+                    Ok(out)
+                })
+                .unwrap()
+        };
+        let yesterday = (day - 1) as u64;
+        assert_eq!(rows(), vec![(yesterday, yesterday, 0)]);
+
+        // As stored before the table.
+        store
+            .write(|w| {
+                let mut record: MemoryRecord =
+                    crate::store::Read::get(w, Table::Memories, &keys::memory("m"))?.unwrap();
+                record.mentions_whole = false;
+                w.put(Table::Memories, &keys::memory("m"), &record)?;
+                w.delete_prefix(Table::Mentions, &prefix).map(|_| ())
+            })
+            .unwrap();
+        assert_eq!(rows(), vec![]);
+        let mut st = store.read(|r| State::load(r, "m", at)).unwrap();
+        let drafts = store
+            .read(|r| passage_drafts(&st, r, crate::engine::passages::PASSAGE_TOKENS))
+            .unwrap();
+        assert_eq!(drafts.mentions, Some(vec![(day - 1, day - 1, 0)]));
+        st.backfill_mentions(drafts.mentions.unwrap());
+        store.write(|w| st.save(w)).unwrap();
+        assert_eq!(rows(), vec![(yesterday, yesterday, 0)]);
+        let st = store.read(|r| State::load(r, "m", at)).unwrap();
+        let drafts = store
+            .read(|r| passage_drafts(&st, r, crate::engine::passages::PASSAGE_TOKENS))
+            .unwrap();
+        assert_eq!(drafts.mentions, None, "read once");
     }
 
     #[test]

@@ -97,7 +97,12 @@ enum Judged {
     Vectors(Vec<(VectorKind, u64, VectorRecord)>, bool),
     /// Passages with their vectors (model name, one per passage) when there is an embedder,
     /// and the episodes they were cut from.
-    Passages(Vec<Passage>, Option<indexing::ModelVectors>, Vec<u64>),
+    Passages(
+        Vec<Passage>,
+        Option<indexing::ModelVectors>,
+        Vec<u64>,
+        Option<Vec<state::Mention>>,
+    ),
     /// The indices of a recall block's items to keep.
     Distilled {
         seq: u64,
@@ -210,10 +215,13 @@ impl Engine {
                     st.push_job(JobKind::Index, job.at);
                 }
             }
-            Judged::Passages(passages, vectors, episodes) => {
+            Judged::Passages(passages, vectors, episodes, mentions) => {
                 if !episodes.is_empty() && !indexing::apply_passages(&mut st, passages, vectors, episodes) {
                     self.keep(st);
                     return Ok(true);
+                }
+                if let Some(rows) = mentions {
+                    st.backfill_mentions(rows);
                 }
             }
             Judged::Distilled { seq, keep } => {
@@ -357,7 +365,7 @@ impl Engine {
         if let Snapshot::Passages(d) = snapshot {
             // Passages are stored (and indexed by words) even without an embedder.
             return match self.embed_passages(memory, &d.texts) {
-                Ok(vectors) => Judged::Passages(d.passages, vectors, d.episodes),
+                Ok(vectors) => Judged::Passages(d.passages, vectors, d.episodes, d.mentions),
                 Err(e) => Judged::Failed(e),
             };
         }

@@ -93,6 +93,10 @@ pub struct MemoryRecord {
     /// time its whole history is read; until then aligning a request reads the whole history.
     #[serde(default)]
     pub prints_whole: bool,
+    /// Every stored passage has the days its text speaks of in table `mentions`. False for a
+    /// memory stored before that table: its next `Index` job writes them.
+    #[serde(default)]
+    pub mentions_whole: bool,
 }
 
 /// One version of the client's instructions and when it was first seen.
@@ -146,6 +150,7 @@ impl MemoryRecord {
             next_decision: 0,
             walk: None,
             prints_whole: true,
+            mentions_whole: true,
         }
     }
 

@@ -52,6 +52,8 @@ pub struct State {
     dirty_recalls: BTreeSet<u64>,
     /// Write-only: passages cut from sealed episodes (read back from the store by recall).
     new_passages: Vec<Passage>,
+    /// Rows of table `mentions` for passages stored before it (`MemoryRecord::mentions_whole`).
+    old_mentions: Vec<Mention>,
     dirty_episodes: BTreeSet<u64>,
     dirty_units: BTreeSet<u64>,
     dirty_facts: BTreeSet<u64>,
@@ -134,6 +136,7 @@ impl State {
             dirty_messages: BTreeSet::new(),
             dirty_recalls: BTreeSet::new(),
             new_passages: Vec::new(),
+            old_mentions: Vec::new(),
             dirty_episodes: BTreeSet::new(),
             dirty_units: BTreeSet::new(),
             dirty_facts: BTreeSet::new(),
@@ -177,6 +180,9 @@ impl State {
         for p in &self.new_passages {
             w.put(Table::Passages, &keys::seq(id, p.n), &stored_passage(p))?;
             write_mentions(w, id, p)?;
+        }
+        for m in &self.old_mentions {
+            write_mention(w, id, *m)?;
         }
         for seq in &self.dirty_recalls {
             if let Some(b) = self.recalls.get(seq) {
@@ -235,6 +241,7 @@ impl State {
         self.dirty_messages.clear();
         self.dirty_recalls.clear();
         self.new_passages.clear();
+        self.old_mentions.clear();
         self.dirty_episodes.clear();
         self.dirty_units.clear();
         self.dirty_facts.clear();
@@ -286,6 +293,13 @@ impl State {
             self.memory.next_passage = self.memory.next_passage.max(last.n + 1);
         }
         self.new_passages.extend(passages);
+    }
+
+    /// The rows of table `mentions` of every passage stored before it, read by an `Index` job
+    /// ([`mentions`]); from then on the memory's passages all have theirs.
+    pub fn backfill_mentions(&mut self, rows: Vec<Mention>) {
+        self.old_mentions = rows;
+        self.memory.mentions_whole = true;
     }
 
     /// Whether this op wrote facts (they are to be indexed).
@@ -751,16 +765,28 @@ pub fn passage_text(r: &impl Read, memory: &str, p: &mut Passage) -> Result<(), 
     Ok(())
 }
 
-/// A passage as the store keeps it: without its text.
-/// The days a passage's text speaks of other than its own (`Table::Mentions`), written with
-/// the passage: the time search finds "last month" said in April for a question about March.
-pub fn write_mentions(w: &mut Writer<'_>, memory: &str, p: &Passage) -> Result<(), StoreError> {
-    for (first, last) in super::when::mentioned(&p.text, p.at) {
-        w.put(Table::Mentions, &keys::seq2(memory, first as u64, p.n), &(last as u64))?;
-    }
-    Ok(())
+/// A row of table `mentions`: the first and last day (days since 1970) a passage speaks of
+/// other than its own, and the passage.
+pub type Mention = (i64, i64, u64);
+
+/// The days a passage's text speaks of other than its own: the time search finds "last month"
+/// said in April for a question about March.
+pub fn mentions(p: &Passage) -> impl Iterator<Item = Mention> + '_ {
+    super::when::mentioned(&p.text, p.at)
+        .into_iter()
+        .map(|(first, last)| (first, last, p.n))
 }
 
+/// Writes a passage's rows of table `mentions` (with the passage).
+pub fn write_mentions(w: &mut Writer<'_>, memory: &str, p: &Passage) -> Result<(), StoreError> {
+    mentions(p).try_for_each(|m| write_mention(w, memory, m))
+}
+
+fn write_mention(w: &mut Writer<'_>, memory: &str, (first, last, n): Mention) -> Result<(), StoreError> {
+    w.put(Table::Mentions, &keys::seq2(memory, first as u64, n), &(last as u64))
+}
+
+/// A passage as the store keeps it: without its text.
 pub fn stored_passage(p: &Passage) -> Passage {
     Passage {
         text: String::new(),
