@@ -471,7 +471,7 @@ impl Engine {
         // Taken, not copied: the request's messages become the parsed messages.
         let mut parsed = formats::parse_request(std::mem::take(&mut args.request))?;
         // A user message ending the request is embedded for recall before the lock is taken.
-        let query = self.recall_query(&args.memory, &parsed, args.agent.as_deref());
+        let query = self.recall_query(&args.memory, &parsed, args.agent.as_deref(), now);
         let lock = self.lock(&args.memory);
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
         // A dry run works on a copy and keeps nothing: of the cached state (equal to the

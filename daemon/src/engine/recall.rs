@@ -144,6 +144,8 @@ pub(super) struct Query {
     /// Word searches made while the message embedded: (search, its query text, hits). Recall
     /// uses one whose query text is the one it would search; any other it searches itself.
     pub words: Vec<(String, String, Vec<u64>)>,
+    /// The days and months the message names (`when`): the time search's windows.
+    pub windows: Vec<Window>,
 }
 
 /// The word searches for a message: the message, each part, and the recent conversation ending
@@ -334,7 +336,13 @@ pub(super) fn facts_in_block(st: &State) -> Vec<&Fact> {
 impl Engine {
     /// The new user message at the end of a request, split and embedded (no lock held). None
     /// when the request does not end with a user message or the memory has nothing to recall.
-    pub(super) fn recall_query(&self, memory: &str, parsed: &ParsedRequest, agent: Option<&str>) -> Option<Query> {
+    pub(super) fn recall_query(
+        &self,
+        memory: &str,
+        parsed: &ParsedRequest,
+        agent: Option<&str>,
+        now: f64,
+    ) -> Option<Query> {
         let last = parsed.history.last().filter(|m| m.role == Role::User)?;
         let text = last.text.trim();
         if text.is_empty() || blocks::is_our_block(text) {
@@ -431,6 +439,7 @@ impl Engine {
             vectors,
             embed_ms: started.elapsed().as_secs_f64() * 1e3,
             words: searched,
+            windows: when::windows(text, now),
         })
     }
 
@@ -558,13 +567,13 @@ impl Engine {
         // nearest the message by meaning. Without
         // the message's vector there is nothing to order them by, and the other searches stand
         // alone.
-        let windows = when::windows(&q.text, now);
+        let windows = &q.windows;
         let mut said_in_past = HashSet::new();
         if let (Some(vix), Some(v), false) = (&ix.vectors, q.vectors.first(), windows.is_empty()) {
             if catching_up || started.elapsed() > search_budget {
                 skipped.extend(["time:passages".into(), "time:facts".into()]);
             } else {
-                match self.said_in(st, &windows, vix, v, now) {
+                match self.said_in(st, windows, vix, v, now) {
                     Ok((found, past)) => {
                         said_in_past = past;
                         for (name, hits) in found {

@@ -415,7 +415,7 @@ fn a_memory_left_out_of_the_state_cache_is_loaded_while_its_new_message_embeds()
         json!({"messages": [{"role": "user", "content": "What did Amara do in Lisbon?"}]}),
     )
     .unwrap();
-    let q = engine.recall_query("m", &parsed, None).unwrap();
+    let q = engine.recall_query("m", &parsed, None, 0.0).unwrap();
     assert!(!q.vectors.is_empty(), "the message was embedded");
     // The state decorate will take is already cached, and it is the one the store holds.
     assert!(engine.is_cached("m"));
@@ -429,7 +429,7 @@ fn a_memory_left_out_of_the_state_cache_is_loaded_while_its_new_message_embeds()
         )
     );
     // A memory the store does not hold is not cached.
-    assert!(engine.recall_query("nobody", &parsed, None).is_none());
+    assert!(engine.recall_query("nobody", &parsed, None, 0.0).is_none());
     assert!(!engine.is_cached("nobody"));
 }
 
@@ -440,7 +440,7 @@ fn a_new_messages_word_searches_are_made_while_it_embeds_and_made_again_when_the
     let question_text = "What did Amara do in Lisbon?";
     let parsed =
         crate::formats::parse_request(json!({"messages": [{"role": "user", "content": question_text}]})).unwrap();
-    let q = engine.recall_query("m", &parsed, None).unwrap();
+    let q = engine.recall_query("m", &parsed, None, 0.0).unwrap();
     // Made while the message embedded: the message and the recent conversation (the cached
     // state's last messages, then the message), each as a search now would find.
     let names: Vec<&str> = q.words.iter().map(|(n, _, _)| n.as_str()).collect();
