@@ -564,9 +564,8 @@ impl Engine {
         }
         // Time: the passages said in the days and months the message names ("on 3 June",
         // "yesterday") or speaking of them, and the facts noted from what was said then,
-        // nearest the message by meaning. Without
-        // the message's vector there is nothing to order them by, and the other searches stand
-        // alone.
+        // nearest the message by meaning. Without the message's vector there is nothing to
+        // order them by, and the other searches stand alone.
         let windows = &q.windows;
         let mut said_in_past = HashSet::new();
         if let (Some(vix), Some(v), false) = (&ix.vectors, q.vectors.first(), windows.is_empty()) {
@@ -666,9 +665,9 @@ impl Engine {
 
         // 4. The budget: the reserved room when something found is relevant by meaning (or
         // when the message could not be embedded, so relevance is unknown), or when it was
-        // said in a time the message names that has passed (a week after the named days: "on
-        // 3 June", not "today" or "yesterday", which name the conversation in progress); else
-        // what is free.
+        // said in, or speaks of, a time the message names that has passed (its window, to a
+        // week after the named days, closed: "on 3 June", not "today" or "yesterday", which
+        // name the conversation in progress); else what is free.
         let best_cosine = candidates.iter().filter_map(|c| c.cosine).reduce(f32::max);
         let said_then = candidates.iter().any(|c| said_in_past.contains(&c.doc.key()));
         let relevant =
