@@ -1141,7 +1141,7 @@ fn item(c: &Candidate) -> RecallItem {
 /// What a document costs in a block, about: its words, its bullet or header and its date.
 fn estimate(found: &Found) -> u64 {
     let n = match found {
-        Found::Fact(f) => tokens::text_tokens(&f.note) as u64,
+        Found::Fact(f) => tokens::line_tokens(&f.note) as u64,
         Found::Passage(p) if p.text_tokens > 0 => p.text_tokens,
         Found::Passage(p) => tokens::text_tokens(&p.text) as u64,
     };

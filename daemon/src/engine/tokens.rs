@@ -113,13 +113,17 @@ impl PieceCounts {
     }
 
     fn piece(&mut self, piece: &str) -> u32 {
-        *self.seen.entry(memo_key(piece)).or_insert_with(|| {
-            if piece.len() >= PIECE_MEMO_FROM_BYTES {
-                remembered(piece)
-            } else {
-                encode(piece)
-            }
-        })
+        *self.seen.entry(memo_key(piece)).or_insert_with(|| line_tokens(piece))
+    }
+}
+
+/// A line of a block or a fact's note: the same ones come back call after call, so from
+/// `PIECE_MEMO_FROM_BYTES` on their counts are remembered.
+pub fn line_tokens(line: &str) -> u32 {
+    if line.len() >= PIECE_MEMO_FROM_BYTES {
+        remembered(line)
+    } else {
+        encode(line)
     }
 }
 
