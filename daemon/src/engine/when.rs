@@ -2,7 +2,9 @@
 //! "in July 2022", "2023-06-03", "yesterday", "last Friday", "last week"), as windows of time
 //! recall searches the conversation in. A question about a day is answered by what was said that
 //! day or in the days after it ("yesterday I…", "last weekend…"), so a window runs from the day
-//! before the named days to a week after them. Pure: text and the time now in, windows out.
+//! before the named days to a week after them. The same reading of a passage's text at its own
+//! date gives the days it speaks of (`mentioned`: "last month" said in April is March), which
+//! the time search finds too. Pure: text and a time in, days or windows out.
 //!
 //! Years alone, seasons and weekdays without "last" are not read: a window that wide narrows
 //! nothing, and "on Friday" may be the one to come. A month name alone is read only capitalised
