@@ -46,25 +46,26 @@ pub(super) fn passage_drafts(st: &State, r: &Reader<'_>, passage_tokens: u64) ->
         out.extend(ps);
         episodes.push(e.n);
     }
-    // A memory stored before table `mentions`: the days its passages speak of, read once.
-    let mentions = if st.memory.mentions_whole {
-        None
-    } else {
-        let prefix = keys::memory_prefix(&st.memory.id);
-        let mut rows = Vec::new();
-        r.visit(Table::Passages, &prefix, &prefix, |_, mut p: Passage| {
-            state::passage_text(r, &st.memory.id, &mut p)?;
-            rows.extend(state::mentions(&p));
-            Ok(true)
-        })?;
-        Some(rows)
-    };
     Ok(Drafts {
         passages: out,
         texts,
         episodes,
-        mentions,
+        backfill: !st.memory.mentions_whole,
     })
+}
+
+/// The rows of table `mentions` of every passage `memory` has stored (a memory stored before
+/// that table: read once, by an `Index` job without the memory's lock, since it reads every
+/// passage's messages).
+pub(super) fn stored_mentions(r: &Reader<'_>, memory: &str) -> Result<Vec<state::Mention>, StoreError> {
+    let prefix = keys::memory_prefix(memory);
+    let mut rows = Vec::new();
+    r.visit(Table::Passages, &prefix, &prefix, |_, mut p: Passage| {
+        state::passage_text(r, memory, &mut p)?;
+        rows.extend(state::mentions(&p));
+        Ok(true)
+    })?;
+    Ok(rows)
 }
 
 /// The passages cut from some episodes, the texts to embed them from, and the episodes cut
@@ -73,8 +74,9 @@ pub(super) struct Drafts {
     pub passages: Vec<Passage>,
     pub texts: Vec<String>,
     pub episodes: Vec<u64>,
-    /// For a memory stored before table `mentions`: the rows of its stored passages.
-    pub mentions: Option<Vec<state::Mention>>,
+    /// A memory stored before table `mentions`: its stored passages' rows are to be written
+    /// ([`stored_mentions`]).
+    pub backfill: bool,
 }
 
 /// The text passage `p` is embedded from, given its history messages (see [`passage_drafts`]):
@@ -508,7 +510,7 @@ mod tests {
         let drafts = store
             .read(|r| passage_drafts(&st, r, crate::engine::passages::PASSAGE_TOKENS))
             .unwrap();
-        assert_eq!(drafts.mentions, None, "a new memory's passages are written with theirs");
+        assert!(!drafts.backfill, "a new memory's passages are written with theirs");
         assert!(apply_passages(&mut st, drafts.passages, None, drafts.episodes));
         store.write(|w| st.save(w)).unwrap();
         let prefix = keys::memory_prefix("m");
@@ -542,15 +544,17 @@ mod tests {
         let drafts = store
             .read(|r| passage_drafts(&st, r, crate::engine::passages::PASSAGE_TOKENS))
             .unwrap();
-        assert_eq!(drafts.mentions, Some(vec![(day - 1, day - 1, 0)]));
-        st.backfill_mentions(drafts.mentions.unwrap());
+        assert!(drafts.backfill);
+        let read = store.read(|r| stored_mentions(r, "m")).unwrap();
+        assert_eq!(read, vec![(day - 1, day - 1, 0)]);
+        st.backfill_mentions(read);
         store.write(|w| st.save(w)).unwrap();
         assert_eq!(rows(), vec![(yesterday, yesterday, 0)]);
         let st = store.read(|r| State::load(r, "m", at)).unwrap();
         let drafts = store
             .read(|r| passage_drafts(&st, r, crate::engine::passages::PASSAGE_TOKENS))
             .unwrap();
-        assert_eq!(drafts.mentions, None, "read once");
+        assert!(!drafts.backfill, "read once");
     }
 
     #[test]

@@ -364,8 +364,16 @@ impl Engine {
         }
         if let Snapshot::Passages(d) = snapshot {
             // Passages are stored (and indexed by words) even without an embedder.
+            let mentions = if d.backfill {
+                match self.store.read(|r| indexing::stored_mentions(r, memory)) {
+                    Ok(rows) => Some(rows),
+                    Err(e) => return Judged::Failed(e.to_string()),
+                }
+            } else {
+                None
+            };
             return match self.embed_passages(memory, &d.texts) {
-                Ok(vectors) => Judged::Passages(d.passages, vectors, d.episodes, d.mentions),
+                Ok(vectors) => Judged::Passages(d.passages, vectors, d.episodes, mentions),
                 Err(e) => Judged::Failed(e),
             };
         }
