@@ -519,7 +519,7 @@ mod tests {
                 .read(|r| {
                     let mut out = Vec::new();
                     r.visit(Table::Mentions, &prefix, &prefix, |k, last: u64| {
-                        out.push((keys::last_number(&k[..k.len() - 8]), last, keys::last_number(k)));
+                        out.push((keys::seq2_first(k), last, keys::last_number(k)));
                         Ok(true)
                     })?;
                     Ok(out)

@@ -871,7 +871,7 @@ impl Engine {
             })),
             "searches": lists.iter().map(|(n, k)| (n.clone(), json!(k.len()))).collect::<serde_json::Map<_, _>>(),
             // The stretches of time the message named, searched by the time search.
-            "times": windows.iter().map(|w| json!({"from": w.from, "to": w.to})).collect::<Vec<_>>(),
+            "times": windows.iter().map(|w| json!({"from": w.from(), "to": w.to()})).collect::<Vec<_>>(),
             "items": block.as_ref().map(|b| &b.items),
             "errors": errors,
             "skipped": skipped,
@@ -931,7 +931,7 @@ impl Engine {
                 };
                 let mut found = Vec::new();
                 for w in windows {
-                    let mut docs: Vec<u64> = (first_from(w.from)?..first_from(w.to)?)
+                    let mut docs: Vec<u64> = (first_from(w.from())?..first_from(w.to())?)
                         .map(|n| Doc::Passage(n).key())
                         .collect();
                     // Days within the named ones: "last month" for a question about March,
@@ -939,7 +939,7 @@ impl Engine {
                     let (first, last) = (w.days.0 - 1, w.days.1 + 1);
                     let start = keys::seq(memory, first.max(0) as u64);
                     r.visit(Table::Mentions, &prefix, &start, |k, until: u64| {
-                        let from = keys::last_number(&k[..k.len() - 8]) as i64;
+                        let from = keys::seq2_first(k) as i64;
                         if from > last {
                             return Ok(false);
                         }
@@ -957,7 +957,7 @@ impl Engine {
         let past: HashSet<u64> = windows
             .iter()
             .zip(&found)
-            .filter(|(w, _)| w.to <= now)
+            .filter(|(w, _)| w.to() <= now)
             .flat_map(|(_, docs)| docs.iter().copied())
             .collect();
         let mut passages: Vec<u64> = found.into_iter().flatten().collect();
@@ -967,7 +967,7 @@ impl Engine {
         let mut facts: Vec<u64> = Vec::new();
         let mut began = f64::NEG_INFINITY;
         for e in &st.episodes {
-            if windows.iter().any(|w| e.at >= w.from && began < w.to) {
+            if windows.iter().any(|w| e.at >= w.from() && began < w.to()) {
                 facts.extend(
                     e.facts
                         .iter()

@@ -20,13 +20,23 @@ const BEFORE_DAYS: i64 = 1;
 /// Days after the named ones a window closes: what happened is told in the days that follow.
 const AFTER_DAYS: i64 = 7;
 
-/// A stretch of time, Unix seconds: `from` inclusive, `to` exclusive, around `days`, the first
-/// and last day named (days since 1970).
+/// The days a message names, first and last (days since 1970), and the stretch of time around
+/// them recall searches: from the day before to a week after.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Window {
-    pub from: f64,
-    pub to: f64,
     pub days: (i64, i64),
+}
+
+impl Window {
+    /// Where the window opens, Unix seconds (inclusive).
+    pub fn from(&self) -> f64 {
+        (self.days.0 - BEFORE_DAYS) as f64 * DAY
+    }
+
+    /// Where it closes, Unix seconds (exclusive).
+    pub fn to(&self) -> f64 {
+        (self.days.1 + AFTER_DAYS + 1) as f64 * DAY
+    }
 }
 
 const MONTHS: [&str; 12] = [
@@ -68,12 +78,8 @@ const MONTH_LEADS: [&str; 12] = [
 pub fn windows(text: &str, now: f64) -> Vec<Window> {
     let mut out: Vec<Window> = Vec::new();
     for (first, last) in spans(text, now) {
-        let w = Window {
-            from: (first - BEFORE_DAYS) as f64 * DAY,
-            to: (last + AFTER_DAYS + 1) as f64 * DAY,
-            days: (first, last),
-        };
-        if w.from <= now && !out.contains(&w) && out.len() < MAX_WINDOWS {
+        let w = Window { days: (first, last) };
+        if w.from() <= now && !out.contains(&w) && out.len() < MAX_WINDOWS {
             out.push(w);
         }
     }
@@ -282,15 +288,12 @@ mod tests {
     /// Each text's windows at `now`, against the spans of days (first, last) it names.
     fn check(now: f64, cases: &[(&str, &[(f64, f64)])]) {
         for (text, spans) in cases {
-            let want: Vec<Window> = spans
+            let want: Vec<(f64, f64)> = spans
                 .iter()
-                .map(|&(first, last)| Window {
-                    from: first - DAY,
-                    to: last + 8.0 * DAY,
-                    days: ((first / DAY) as i64, (last / DAY) as i64),
-                })
+                .map(|&(first, last)| (first - DAY, last + 8.0 * DAY))
                 .collect();
-            assert_eq!(windows(text, now), want, "{text}");
+            let got: Vec<(f64, f64)> = windows(text, now).iter().map(|w| (w.from(), w.to())).collect();
+            assert_eq!(got, want, "{text}");
         }
     }
 
@@ -399,7 +402,7 @@ mod tests {
         let log: String = (1..=28).map(|d| format!("2023-02-{d:02} ok\n")).collect();
         let w = windows(&log, day_of(2024, 1, 1));
         assert_eq!(w.len(), MAX_WINDOWS);
-        assert_eq!(w[0].from, day_of(2023, 2, 1) - DAY);
+        assert_eq!(w[0].from(), day_of(2023, 2, 1) - DAY);
     }
 
     #[test]

@@ -38,6 +38,11 @@ pub fn last_number(key: &[u8]) -> u64 {
     )
 }
 
+/// The first number of a `seq2` key (the 8 bytes before its last 8).
+pub fn seq2_first(key: &[u8]) -> u64 {
+    last_number(&key[..key.len() - 8])
+}
+
 /// The prefix of every `seq2(memory, a, _)` key.
 pub fn seq2_prefix(memory: &str, a: u64) -> Vec<u8> {
     seq(memory, a)
