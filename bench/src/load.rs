@@ -9,7 +9,11 @@
 //! 3. end state: `stats` and the data dir's size;
 //! 4. floor: `ping` echoing a sample of the decorate requests themselves (same sizes and
 //!    shapes), by the same number of clients, on the now idle daemon;
-//! 5. cold start: the daemon stopped and started on the same data, timed to `hello` and to
+//! 5. paced: when the lanes drained, more turns in rotation over the memories, each decorate
+//!    sent once its memory's lane is quiet, as an agent waiting seconds on its model leaves
+//!    the lanes time to finish: what decorate and report cost at the memories' size when the
+//!    lanes keep up (the traffic sends each call at once, beside a backlog of lane work);
+//! 6. cold start: the daemon stopped and started on the same data, timed to `hello` and to
 //!    the first `decorate` of an existing memory.
 
 use std::path::{Path, PathBuf};
@@ -23,13 +27,16 @@ use serde_json::{json, Value};
 use crate::agent::Agent;
 use crate::counting_model::CountingModel;
 use crate::daemon::Daemon;
-use crate::load_report::{ColdStart, Cost, Lanes, Latency, LoadReport, Storage, TrafficCpu};
+use crate::load_report::{ColdStart, Cost, Lanes, Latency, LoadReport, Paced, Storage, TrafficCpu};
 use crate::sampler::{self, Cpu, Sampler};
 use crate::traces;
 use recalld::models::Counts;
 
 /// How often a run prints how far its traffic is.
 const PROGRESS_EVERY: Duration = Duration::from_secs(15);
+
+/// The longest a paced turn waits for its memory's lane (one turn's background work).
+const PACED_QUIET: Duration = Duration::from_secs(50);
 
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
@@ -52,6 +59,8 @@ pub struct LoadOptions {
     /// Wall-clock time the simulated model takes per call (between decorate and report): 0
     /// sends the next call at once, a stress far beyond agents that wait on a real model.
     pub think: Duration,
+    /// Turns of the paced phase (0: none).
+    pub paced: usize,
 }
 
 impl LoadOptions {
@@ -63,7 +72,7 @@ impl LoadOptions {
             "memories": self.memories, "messages": self.messages, "ceiling": self.ceiling,
             "engine": self.engine, "poll_ms": self.poll.as_millis() as u64,
             "floor_samples": self.floor_samples, "drain_timeout_s": self.drain_timeout.as_secs(),
-            "cost": self.cost, "think_ms": self.think.as_millis() as u64,
+            "cost": self.cost, "think_ms": self.think.as_millis() as u64, "paced": self.paced,
         })
     }
 }
@@ -207,6 +216,17 @@ pub fn run(o: &LoadOptions, progress: &mut dyn FnMut(String)) -> Result<LoadRepo
     let (ping, ping_bytes) = floor(&socket, &all.kept, clients)?;
     progress(format!("floor: {} pings", ping.n));
 
+    // Beside a backlog, a quiet before each turn would first wait for all of it.
+    let (paced, paced_skipped) = match (o.paced, jobs_left) {
+        (0, _) => (None, Some("not asked for (`--paced 0`)".to_owned())),
+        (_, 0) => {
+            let p = paced(&socket, &mut agents, o.paced)?;
+            progress(format!("paced: {} turns", p.turns));
+            (Some(p), None)
+        }
+        (_, n) => (None, Some(format!("not run: the lanes did not drain ({n} jobs left)"))),
+    };
+
     drop(admin);
     let cold_start = cold_start(&mut daemon, &mut agents[0])?;
     progress(format!(
@@ -256,6 +276,8 @@ pub fn run(o: &LoadOptions, progress: &mut dyn FnMut(String)) -> Result<LoadRepo
         rss_max_kb,
         cpu,
         storage,
+        paced,
+        paced_skipped,
         cold_start,
         cost,
         seconds: started.elapsed().as_secs_f64(),
@@ -309,49 +331,96 @@ fn traffic<'a>(
     let mut until_kept = 0usize;
     while agents.iter().any(|a| a.stored < messages) {
         for a in agents.iter_mut().filter(|a| a.stored < messages) {
-            let args = a.decorate_args();
-            if until_kept == 0 {
-                m.kept.push(args.clone());
+            let keep = until_kept == 0;
+            if keep {
                 until_kept = keep_every;
             }
             until_kept -= 1;
-            let t = Instant::now();
-            let decorated = match client.call("decorate", args) {
-                Ok(d) => d,
-                Err(e) => {
-                    note_error(&mut m, &a.memory, "decorate", e)?;
-                    a.abandon_session();
-                    continue;
-                }
-            };
-            let took = ms(t);
-            m.bytes.push(client.sent_bytes());
-            let recall_ms = &decorated["info"]["recall"]["ms"];
-            match recall_ms["total"].as_f64() {
-                Some(recall) => {
-                    m.decorate_recall.push(took);
-                    m.recall.push(recall);
-                    m.recall_embed.push(recall_ms["embed"].as_f64().unwrap_or(0.0));
-                }
-                None => m.decorate.push(took),
-            }
-            // The model's time: this client's other memories wait too, as its agent would.
-            std::thread::sleep(think);
-            let args = a.report_args(&decorated);
-            let t = Instant::now();
-            match client.call("report", args) {
-                Ok(_) => {
-                    m.report.push(ms(t));
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(e) => {
-                    note_error(&mut m, &a.memory, "report", e)?;
-                    a.abandon_session();
-                }
+            if turn(&mut client, a, &mut m, think, keep)? {
+                done.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
     Ok((m, agents))
+}
+
+/// One turn of `a`: its decorate, the model's time (`think`), its report, timed into `m` (and
+/// the decorate's arguments kept for the floor when `keep`). Ok(false) when the daemon refused
+/// a call: counted, and the session left.
+fn turn(client: &mut Client, a: &mut Agent, m: &mut Measured, think: Duration, keep: bool) -> Result<bool, String> {
+    let args = a.decorate_args();
+    if keep {
+        m.kept.push(args.clone());
+    }
+    let t = Instant::now();
+    let decorated = match client.call("decorate", args) {
+        Ok(d) => d,
+        Err(e) => {
+            note_error(m, &a.memory, "decorate", e)?;
+            a.abandon_session();
+            return Ok(false);
+        }
+    };
+    let took = ms(t);
+    m.bytes.push(client.sent_bytes());
+    let recall_ms = &decorated["info"]["recall"]["ms"];
+    match recall_ms["total"].as_f64() {
+        Some(recall) => {
+            m.decorate_recall.push(took);
+            m.recall.push(recall);
+            m.recall_embed.push(recall_ms["embed"].as_f64().unwrap_or(0.0));
+        }
+        None => m.decorate.push(took),
+    }
+    // The model's time: this client's other memories wait too, as its agent would.
+    std::thread::sleep(think);
+    let args = a.report_args(&decorated);
+    let t = Instant::now();
+    match client.call("report", args) {
+        Ok(_) => {
+            m.report.push(ms(t));
+            Ok(true)
+        }
+        Err(e) => {
+            note_error(m, &a.memory, "report", e)?;
+            a.abandon_session();
+            Ok(false)
+        }
+    }
+}
+
+/// The paced phase: `turns` turns in rotation over the memories on one connection, each
+/// decorate sent once its memory's lane is quiet (`quiet`, right after the turn before: how
+/// long it waits is the lanes' time per turn).
+fn paced(socket: &Path, agents: &mut [Agent], turns: usize) -> Result<Paced, String> {
+    let mut client = connect(socket)?;
+    let mut m = Measured::default();
+    let mut waits = Vec::with_capacity(turns);
+    for i in 0..turns {
+        let a = &mut agents[i % agents.len()];
+        let t = Instant::now();
+        let left = client
+            .quiet(&a.memory, PACED_QUIET.as_millis() as u64)
+            .map_err(|e| format!("quiet {}: {e}", a.memory))?;
+        if left > 0 {
+            return Err(format!(
+                "paced: {}'s lane still had {left} jobs after {} s",
+                a.memory,
+                PACED_QUIET.as_secs()
+            ));
+        }
+        waits.push(ms(t));
+        turn(&mut client, a, &mut m, Duration::ZERO, false)?;
+    }
+    Ok(Paced {
+        turns,
+        decorate_without_recall: Latency::of(m.decorate),
+        decorate_with_recall: Latency::of(m.decorate_recall),
+        report: Latency::of(m.report),
+        recall: Latency::of(m.recall),
+        lane_wait: Latency::of(waits),
+        errors: m.errors,
+    })
 }
 
 /// A refusal from the daemon is counted and the session left; a broken connection ends the run.

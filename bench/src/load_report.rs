@@ -133,6 +133,20 @@ pub struct ColdStart {
     pub rss_kb_after: Option<u64>,
 }
 
+/// The paced phase (see `load`): turns sent once their memory's lane is quiet.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Paced {
+    pub turns: usize,
+    pub decorate_without_recall: Latency,
+    pub decorate_with_recall: Latency,
+    pub report: Latency,
+    /// `info.recall.ms.total` of the decorates that ran recall.
+    pub recall: Latency,
+    /// How long each turn's `quiet` waited: the lanes' time for the turn before.
+    pub lane_wait: Latency,
+    pub errors: Vec<String>,
+}
+
 /// What the run's model calls cost beside the agent's own model.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Cost {
@@ -195,6 +209,9 @@ pub struct LoadReport {
     /// and the heap the daemon estimates they take.
     pub state_cache: serde_json::Value,
     pub storage: Storage,
+    /// The paced phase, or why it did not run.
+    pub paced: Option<Paced>,
+    pub paced_skipped: Option<String>,
     pub cold_start: ColdStart,
     pub cost: Cost,
     pub seconds: f64,
@@ -266,6 +283,19 @@ impl LoadReport {
             (
                 "decorate ÷ ping".into(),
                 format!("**{:.1}× at p50, {:.1}× at p99**", self.ratio_p50, self.ratio_p99),
+            ),
+            (
+                "paced: decorate without recall".into(),
+                self.paced_cell(|p| &p.decorate_without_recall),
+            ),
+            (
+                "paced: decorate that ran recall".into(),
+                self.paced_cell(|p| &p.decorate_with_recall),
+            ),
+            ("paced: report".into(), self.paced_cell(|p| &p.report)),
+            (
+                "paced: the lanes' time per turn (`quiet`)".into(),
+                self.paced_cell(|p| &p.lane_wait),
             ),
             (
                 "note asks answered · notes written".into(),
@@ -395,6 +425,31 @@ impl LoadReport {
             }
         }
         md
+    }
+}
+
+impl LoadReport {
+    /// A latency of the paced phase, with its ratio to the ping floor where the floor was
+    /// measured the same way (one client); or why the phase did not run.
+    fn paced_cell(&self, of: impl Fn(&Paced) -> &Latency) -> String {
+        let Some(p) = &self.paced else {
+            return self.paced_skipped.clone().unwrap_or_else(|| "–".into());
+        };
+        let l = of(p);
+        let errors = match p.errors.len() {
+            0 => String::new(),
+            n => format!("; {n} refused: {}", p.errors[0]),
+        };
+        if self.clients == 1 && l.n > 0 && self.ping.p50_ms > 0.0 {
+            format!(
+                "{} ({:.1}× / {:.1}× the ping floor){errors}",
+                l.cell(),
+                l.p50_ms / self.ping.p50_ms,
+                l.p99_ms / self.ping.p99_ms.max(1e-9)
+            )
+        } else {
+            format!("{}{errors}", l.cell())
+        }
     }
 }
 

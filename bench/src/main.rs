@@ -79,6 +79,11 @@ struct LoadArgs {
     /// next call at once, far more traffic than agents waiting on a real model send).
     #[arg(long, default_value_t = 0)]
     think_ms: u64,
+    /// Turns measured after the drain, each decorate sent once its memory's lane is quiet (as
+    /// an agent waiting on its model leaves the lanes time): decorate and report at the
+    /// memories' size with the lanes keeping up. Runs only when the lanes drained; 0: none.
+    #[arg(long, default_value_t = 200)]
+    paced: usize,
     /// Where to write `load.json` and `load.md`.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
@@ -176,6 +181,7 @@ fn run_load(args: LoadArgs) -> Result<(), String> {
         drain_timeout: Duration::from_secs(args.drain_timeout),
         cost: args.cost,
         think: Duration::from_millis(args.think_ms),
+        paced: args.paced,
     };
     let report = load::run(&o, &mut |line| eprintln!("{line}"))?;
     let md = report.markdown(&command_line());

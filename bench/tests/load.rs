@@ -48,6 +48,7 @@ fn options(dir: &std::path::Path) -> LoadOptions {
         cost: false,
         // The model's time is slept between decorate and report.
         think: Duration::from_millis(5),
+        paced: 6,
     }
 }
 
@@ -88,6 +89,15 @@ fn the_cost_run_counts_every_model_call_at_the_endpoint_and_the_built_in_run_mak
     assert!(r
         .markdown("x")
         .contains("The counting endpoint, per path and judge task"));
+    // Drained, so the paced phase ran: each turn waited for its memory's lane, then decorated
+    // and reported.
+    assert_eq!(r.lanes.jobs_left, 0, "{:?}", r.lanes);
+    let p = r.paced.as_ref().expect("the paced phase runs once the lanes drained");
+    assert_eq!(p.turns, 6);
+    assert_eq!(p.decorate_without_recall.n + p.decorate_with_recall.n, 6, "{p:?}");
+    assert_eq!((p.report.n, p.lane_wait.n), (6, 6), "{p:?}");
+    assert!(p.errors.is_empty(), "{:?}", p.errors);
+    assert!(r.markdown("x").contains("| paced: report | "));
 }
 
 #[test]
@@ -122,4 +132,13 @@ fn a_tiny_load_run_reports_sane_figures() {
     assert_eq!(r.cost.provider, "built-in");
     let md = r.markdown("recalld-bench load --clients 2");
     assert!(md.contains("recalld-bench load --clients 2") && md.contains("decorate ÷ ping"));
+    // The paced phase ran when the lanes drained in time, and says why not otherwise.
+    match (&r.paced, &r.paced_skipped) {
+        (Some(p), None) => assert_eq!((r.lanes.jobs_left, p.report.n), (0, 6), "{p:?}"),
+        (None, Some(why)) => {
+            assert!(r.lanes.jobs_left > 0 && why.contains("did not drain"), "{why}");
+            assert!(md.contains(why.as_str()));
+        }
+        other => panic!("{other:?}"),
+    }
 }
