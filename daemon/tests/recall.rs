@@ -611,8 +611,16 @@ fn a_question_naming_a_day_brings_back_what_was_said_that_day() {
         "Looking back at 4 December 2023: that was the day we rotated the TLS certificates.".into(),
         "Noted.".into(),
     );
+    // Turn 12 (2024-03-03) makes a plan for the month after.
+    const PLANNING: usize = 11;
+    const PLAN: &str =
+        "Next month we migrate the billing database to the new cluster, so keep the maintenance window free.";
     for i in LOOKING_BACK + 1..TURNS {
-        c.turn(user_text(i), reply_text(i));
+        if i == PLANNING {
+            c.turn(PLAN.into(), "Noted.".into());
+        } else {
+            c.turn(user_text(i), reply_text(i));
+        }
     }
     let asked = |day: &str| format!("What did we go over on {day}? I lost my notes from then.");
     for (i, day) in [(2, "4 December 2023"), (9, "February 12th, 2024")] {
@@ -653,6 +661,20 @@ fn a_question_naming_a_day_brings_back_what_was_said_that_day() {
         // cosine with it: the block gets the room of a relevant one.
         assert_eq!((&r["said_then"], &r["relevant"]), (&json!(true), &json!(true)), "{r}");
     }
+    // A plan made the month before is found for the month it speaks of, besides what was said
+    // in that month (turns 15 to 17): the time search lists it though it was said in March.
+    let april = c.decorate(Some("What did we plan to do with the database in April 2024?"), true);
+    let r = &april["info"]["recall"];
+    let by_time: Vec<&Value> = r["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|it| it["searches"].as_array().unwrap().contains(&json!("time:passages")))
+        .map(|it| &it["turns"])
+        .collect();
+    assert!(by_time.contains(&&json!([PLANNING + 1, PLANNING + 1])), "{r}");
+    let (_, block) = recall_block(&april["request"]).unwrap_or_else(|| panic!("a recall block: {r}"));
+    assert!(block.contains(PLAN), "{block}\n{r}");
     // "Today" names the conversation in progress, not a time it asks to have back.
     let today = c.decorate(Some("What did we go over today? I lost my notes."), true);
     let r = &today["info"]["recall"];
@@ -663,3 +685,4 @@ fn a_question_naming_a_day_brings_back_what_was_said_that_day() {
     let r = &undated["info"]["recall"];
     assert!(r["searches"].get("time:passages").is_none(), "{r}");
 }
+

@@ -1,10 +1,12 @@
 //! Time a message names: the days and months its words point at ("on 3 June, 2023", "June 3rd",
-//! "in July 2022", "2023-06-03", "yesterday", "last Friday", "last week"), as windows of time
+//! "in July 2022", "2023-06-03", "yesterday", "last Friday", "last week", "last weekend", "two
+//! weeks ago", "a few days ago", and ahead: "tomorrow", "next week", "next month"), as windows of time
 //! recall searches the conversation in. A question about a day is answered by what was said that
 //! day or in the days after it ("yesterday I…", "last weekend…"), so a window runs from the day
 //! before the named days to a week after them. The same reading of a passage's text at its own
 //! date gives the days it speaks of (`mentioned`: "last month" said in April is March), which
-//! the time search finds too. Pure: text and a time in, days or windows out.
+//! the time search finds too, plans included ("next month" said in May is June). Pure: text and
+//! a time in, days or windows out.
 //!
 //! Years alone, seasons and weekdays without "last" are not read: a window that wide narrows
 //! nothing, and "on Friday" may be the one to come. A month name alone is read only capitalised
@@ -74,12 +76,13 @@ const MONTH_LEADS: [&str; 12] = [
 ];
 
 /// The windows of time `text` names, relative to `now` where it leaves the year out, in the
-/// order named, without repeats; none that opens after `now`.
+/// order named, without repeats. A time still to come has one too: nothing was said in it yet,
+/// but what was said of it (plans: "next month", "on 5 May") is found by its mentions.
 pub fn windows(text: &str, now: f64) -> Vec<Window> {
     let mut out: Vec<Window> = Vec::new();
     for (first, last) in spans(text, now) {
         let w = Window { days: (first, last) };
-        if w.from() <= now && !out.contains(&w) && out.len() < MAX_WINDOWS {
+        if !out.contains(&w) && out.len() < MAX_WINDOWS {
             out.push(w);
         }
     }
@@ -214,7 +217,34 @@ fn named_at(words: &[Word], i: usize, today: i64) -> (usize, Option<(i64, i64)>)
     match w.lower.as_str() {
         "today" | "tonight" => return (1, Some((today, today))),
         "yesterday" => return (1, Some((today - 1, today - 1))),
+        "tomorrow" => return (1, Some((today + 1, today + 1))),
+        "last" if next(1).is_some_and(|n| n.lower == "night") => return (2, Some((today - 1, today - 1))),
         "last" if next(1).is_some_and(|n| n.lower == "week") => return (2, Some((today - 13, today - 7))),
+        "next" if next(1).is_some_and(|n| n.lower == "week") => return (2, Some((today + 7, today + 13))),
+        "this" if next(1).is_some_and(|n| n.lower == "week") => {
+            let monday = today - weekday(today);
+            return (2, Some((monday, monday + 6)));
+        }
+        "last" | "this" | "next" if next(1).is_some_and(|n| n.lower == "weekend") => {
+            // This week's Saturday (yesterday on a Sunday), a week before or after it; on a
+            // Saturday or Sunday "last weekend" is the one before the one in progress.
+            let saturday = today + 5 - weekday(today);
+            let saturday = match w.lower.as_str() {
+                "last" => saturday - 7,
+                "next" => saturday + 7,
+                _ => saturday,
+            };
+            return (2, Some((saturday, saturday + 1)));
+        }
+        "this" | "next" if next(1).is_some_and(|n| n.lower == "month") => {
+            let (y, m, _) = civil_from_days(today);
+            let (y, m) = match (w.lower.as_str(), m) {
+                ("this", _) => (y, m),
+                (_, 12) => (y + 1, 1),
+                _ => (y, m + 1),
+            };
+            return (2, whole_month(y, m));
+        }
         "last" if next(1).is_some_and(|n| WEEKDAYS.contains(&n.lower.as_str())) => {
             // The latest such weekday before today (1970-01-01 was a Thursday).
             let wd = WEEKDAYS.iter().position(|d| *d == words[i + 1].lower).unwrap_or(0) as i64;
@@ -229,6 +259,30 @@ fn named_at(words: &[Word], i: usize, today: i64) -> (usize, Option<(i64, i64)>)
             return (2, Some((first, first + days_in(y, m) as i64 - 1)));
         }
         _ => {}
+    }
+    // "two weeks ago", "a few days ago", "3 months ago"
+    if let Some((q, (least, most))) = quantity(words, i) {
+        let unit = words.get(i + q).map(|u| u.lower.trim_end_matches('s'));
+        if words.get(i + q + 1).is_some_and(|a| a.lower == "ago") {
+            let span = match unit {
+                Some("day") => Some((today - most, today - least)),
+                // A week ago is about that day, give or take half a week.
+                Some("week") => Some((today - 7 * most - 3, today - 7 * least + 3)),
+                Some("month") => {
+                    let (y, m, _) = civil_from_days(today);
+                    let month_back = |back: i64| {
+                        let n = y * 12 + i64::from(m) - 1 - back;
+                        (n.div_euclid(12), n.rem_euclid(12) as u32 + 1)
+                    };
+                    let ((y0, m0), (y1, m1)) = (month_back(most), month_back(least));
+                    whole_month(y0, m0).zip(whole_month(y1, m1)).map(|(a, b)| (a.0, b.1))
+                }
+                _ => None,
+            };
+            if span.is_some() {
+                return (q + 2, span);
+            }
+        }
     }
     // "3 June[,] [2023]"
     if let (Some(d), Some(m)) = (day(w), next(1).and_then(month)) {
@@ -257,6 +311,43 @@ fn named_at(words: &[Word], i: usize, today: i64) -> (usize, Option<(i64, i64)>)
         return (1, whole_month(y, m));
     }
     (1, None)
+}
+
+/// Days since Monday (0) of a day since 1970 (1970-01-01 was a Thursday).
+fn weekday(day: i64) -> i64 {
+    (day + 3).rem_euclid(7)
+}
+
+/// How many a count before a unit of time says, as (least, most), and how many words it took:
+/// "two", "3", "a", "an", "a couple of", "a few", "several".
+fn quantity(words: &[Word], i: usize) -> Option<(usize, (i64, i64))> {
+    const NUMBERS: [&str; 12] = [
+        "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+    ];
+    let w = words[i].lower.as_str();
+    let vague = |k: usize| -> Option<(usize, (i64, i64))> {
+        match words.get(k)?.lower.as_str() {
+            "few" => Some((k + 1 - i, (2, 4))),
+            "several" => Some((k + 1 - i, (3, 6))),
+            "couple" => {
+                let of = words.get(k + 1).is_some_and(|o| o.lower == "of");
+                Some((k + 1 + usize::from(of) - i, (2, 3)))
+            }
+            _ => None,
+        }
+    };
+    match w {
+        "a" | "an" => vague(i + 1).or(Some((1, (1, 1)))),
+        "few" | "several" | "couple" => vague(i),
+        _ => {
+            let n = match NUMBERS.iter().position(|n| *n == w) {
+                Some(k) => k as i64 + 1,
+                None if w.len() <= 2 && w.bytes().all(|b| b.is_ascii_digit()) => w.parse().ok()?,
+                None => return None,
+            };
+            (n > 0).then_some((1, (n, n)))
+        }
+    }
 }
 
 /// Day `d` of month `m`: in year `y` when given, else the next year the text names after it
@@ -367,6 +458,47 @@ mod tests {
                     "see the log at 2024-03-18T09:30:00Z",
                     &[(day_of(2024, 3, 18), day_of(2024, 3, 18))],
                 ),
+                ("what I told you last night", &[(today - DAY, today - DAY)]),
+                (
+                    "how was your hike last weekend?",
+                    &[(day_of(2024, 3, 16), day_of(2024, 3, 17))],
+                ),
+                ("everything this week", &[(day_of(2024, 3, 18), day_of(2024, 3, 24))]),
+                ("the one from 3 days ago", &[(today - 3.0 * DAY, today - 3.0 * DAY)]),
+                ("a few days ago you said", &[(today - 4.0 * DAY, today - 2.0 * DAY)]),
+                (
+                    "the idea from two weeks ago",
+                    &[(today - 17.0 * DAY, today - 11.0 * DAY)],
+                ),
+                ("a month ago", &[(day_of(2024, 2, 1), day_of(2024, 2, 29))]),
+                ("a couple of months ago", &[(day_of(2023, 12, 1), day_of(2024, 1, 31))]),
+                // Not a count of anything ago, nor a time.
+                ("a day at the beach, years ago", &[]),
+            ],
+        );
+    }
+
+    #[test]
+    fn a_weekend_is_the_one_before_the_one_in_progress_and_a_time_to_come_is_a_window_too() {
+        // 2024-03-23 is a Saturday: last weekend is the one before.
+        let saturday = day_of(2024, 3, 23);
+        check(
+            saturday + 10.0 * 3600.0,
+            &[
+                ("last weekend", &[(saturday - 7.0 * DAY, saturday - 6.0 * DAY)]),
+                ("this weekend", &[(saturday, saturday + DAY)]),
+            ],
+        );
+        // On the Wednesday before, what is to come is a window as well (its mentions are plans).
+        let today = saturday - 3.0 * DAY;
+        check(
+            today + 10.0 * 3600.0,
+            &[
+                ("see you tomorrow", &[(today + DAY, today + DAY)]),
+                ("next week", &[(today + 7.0 * DAY, today + 13.0 * DAY)]),
+                ("next month", &[(day_of(2024, 4, 1), day_of(2024, 4, 30))]),
+                ("this weekend", &[(saturday, saturday + DAY)]),
+                ("on 5 May 2030", &[(day_of(2030, 5, 5), day_of(2030, 5, 5))]),
             ],
         );
     }
@@ -376,11 +508,22 @@ mod tests {
         // Said on Tuesday 2023-04-18.
         let at = day_of(2023, 4, 18) + 19.5 * 3600.0;
         let day = |y, m, d| days_from_civil(y, m, d);
-        let cases: [(&str, &[(i64, i64)]); 5] = [
+        let cases: [(&str, &[(i64, i64)]); 9] = [
             (
                 "My colleagues and I went to a convention together last month.",
                 &[(day(2023, 3, 1), day(2023, 3, 31))],
             ),
+            // Plans: what is to come is spoken of too.
+            (
+                "We're going camping next month, and I'll call you tomorrow!",
+                &[
+                    (day(2023, 5, 1), day(2023, 5, 31)),
+                    (day(2023, 4, 19), day(2023, 4, 19)),
+                ],
+            ),
+            ("I went hiking last weekend.", &[(day(2023, 4, 15), day(2023, 4, 16))]),
+            ("I adopted her two weeks ago", &[(day(2023, 4, 1), day(2023, 4, 7))]),
+            ("Busy this week", &[]),
             (
                 "I ran a charity race yesterday!",
                 &[(day(2023, 4, 17), day(2023, 4, 17))],
@@ -417,8 +560,7 @@ mod tests {
             "2023-13-01",
             "Order 1234-56-78",
             "",
-            // A time after now opens no window.
-            "on 5 May 2030",
+            // A weekday alone may be the next one or the last.
             "see you on Friday",
         ]
         .into_iter()
