@@ -686,3 +686,78 @@ fn a_question_naming_a_day_brings_back_what_was_said_that_day() {
     assert!(r["searches"].get("time:passages").is_none(), "{r}");
 }
 
+/// A store written before table `mentions` (by an older daemon) has no rows for its passages:
+/// the memory's next `Index` job writes them, once, so a question naming a day finds again the
+/// turn that spoke of it.
+#[test]
+fn a_memory_stored_before_mentions_gets_them_at_its_next_index_job() {
+    use recalld::engine::records::MemoryRecord;
+    use recalld::store::{keys, Store, Table};
+
+    let mut d = Daemon::start_with_config(&format!("{DEADLINE}recall_relevant_cosine = 0.99\n"));
+    const LOOKING_BACK: usize = 6;
+    let mut c = converse_every(&d, "older", 10.0 * 86_400.0, LOOKING_BACK);
+    c.turn(
+        "Looking back at 4 December 2023: that was the day we rotated the TLS certificates.".into(),
+        "Noted.".into(),
+    );
+    // Enough turns after it that it leaves the view.
+    const TURNS_AFTER: usize = 16;
+    for i in LOOKING_BACK + 1..LOOKING_BACK + TURNS_AFTER {
+        c.turn(user_text(i), reply_text(i));
+    }
+    c.quiet();
+    let asked = "What did we go over on 4 December 2023? I lost my notes from then.";
+    let spoke_of_it = json!([LOOKING_BACK + 1, LOOKING_BACK + 1]);
+    let found_by_time = |reply: &Value| -> Vec<Value> {
+        let r = &reply["info"]["recall"];
+        r["items"]
+            .as_array()
+            .unwrap_or_else(|| panic!("a recall block: {r}"))
+            .iter()
+            .filter(|it| it["searches"].as_array().unwrap().contains(&json!("time:passages")))
+            .map(|it| it["turns"].clone())
+            .collect()
+    };
+    assert!(found_by_time(&c.decorate(Some(asked), true)).contains(&spoke_of_it));
+
+    // As an older daemon leaves it: no rows, and the record not marked as having them all.
+    assert_eq!(d.stop(), Some(0));
+    let rows = {
+        let store = Store::open(&d.data, &Default::default()).unwrap();
+        store
+            .write(|w| {
+                let mut deleted = 0;
+                for mut record in w.scan::<MemoryRecord>(Table::Memories, &[])? {
+                    record.mentions_whole = false;
+                    w.put(Table::Memories, &keys::memory(&record.id), &record)?;
+                    deleted += w.delete_prefix(Table::Mentions, &keys::memory_prefix(&record.id))?;
+                }
+                Ok(deleted)
+            })
+            .unwrap()
+    };
+    assert!(rows > 0, "the conversation's passages had rows to delete");
+    let config = d.dir.path().join("recalld.toml");
+    d.spawn(&["--config", config.to_str().unwrap()]);
+    let mut c = Convo {
+        client: d.client(),
+        memory: "older".into(),
+        history: c.history.clone(),
+        now: c.now,
+        gap: c.gap,
+        calls: 0,
+    };
+    c.quiet();
+    assert!(
+        !found_by_time(&c.decorate(Some(asked), true)).contains(&spoke_of_it),
+        "without its rows the turn is found only by when it was said"
+    );
+    // The next turn seals what it sleeps past: an Index job, which writes every passage's rows.
+    c.turn(
+        user_text(LOOKING_BACK + TURNS_AFTER),
+        reply_text(LOOKING_BACK + TURNS_AFTER),
+    );
+    c.quiet();
+    assert!(found_by_time(&c.decorate(Some(asked), true)).contains(&spoke_of_it));
+}

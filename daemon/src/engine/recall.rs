@@ -34,6 +34,15 @@ const HITS: usize = 24;
 const DEEP_HITS: usize = 192;
 /// A search's name and its hits (document key, cosine), nearest first.
 type Hits = (&'static str, Vec<(u64, f32)>);
+
+/// What the time search found ([`Engine::said_in`]).
+struct SaidIn {
+    /// `time:passages` and `time:facts`, nearest the message first.
+    lists: [Hits; 2],
+    /// The passages found for a named time whose window closed before now: what they hold is
+    /// what the message asks to have back (see `recall`'s budget).
+    past: HashSet<u64>,
+}
 /// Passages (or facts) of the time a message names ranked exactly (each vector read), at most;
 /// a window holding more is searched through the vector graph.
 const TIME_EXACT: u64 = 512;
@@ -573,7 +582,7 @@ impl Engine {
                 skipped.extend(["time:passages".into(), "time:facts".into()]);
             } else {
                 match self.said_in(st, windows, vix, v, now) {
-                    Ok((found, past)) => {
+                    Ok(SaidIn { lists: found, past }) => {
                         said_in_past = past;
                         for (name, hits) in found {
                             for &(k, cos) in &hits {
@@ -903,7 +912,7 @@ impl Engine {
         vix: &crate::index::vectors::Vectors,
         query: &[f32],
         now: f64,
-    ) -> Result<([Hits; 2], HashSet<u64>), String> {
+    ) -> Result<SaidIn, String> {
         let memory = st.memory.id.as_str();
         let prefix = keys::memory_prefix(memory);
         // Per window: the passages said in it, then those that speak of days within its named
@@ -990,13 +999,13 @@ impl Engine {
             hits.truncate(k);
             Ok::<_, String>(hits)
         };
-        Ok((
-            [
+        Ok(SaidIn {
+            lists: [
                 ("time:passages", rank(&passages, TIME_READ)?),
                 ("time:facts", rank(&facts, HITS)?),
             ],
             past,
-        ))
+        })
     }
 
     /// Adds the facts one entity away from the best facts found, scored by their source's score
