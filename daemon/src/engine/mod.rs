@@ -580,9 +580,11 @@ impl Engine {
                 st.message_mut(seq).superseded_at = Some(now);
             }
         }
-        // What the request resent unchanged, by the seq it is stored under: assembly renders
-        // these from the request's own values, moved, instead of copying the stored ones.
-        let resent: Vec<(u64, usize)> = plan.resent.map_or_else(Vec::new, |r| {
+        // The request's messages that are stored history, by the seq they are stored under and
+        // their place in the request: what it resent unchanged, and (below) what it holds new.
+        // Assembly renders these from the request's own values, moved, instead of copying the
+        // stored ones.
+        let mut from_request: Vec<(u64, usize)> = plan.resent.map_or_else(Vec::new, |r| {
             // Read with `get`: a pairing that went wrong costs copies, never a panic (and a
             // message moved in is shown only when equal to the stored one).
             (0..r.len)
@@ -591,9 +593,14 @@ impl Engine {
         });
         let mut new_user = false;
         let stored_count = plan.new.len();
-        for m in std::mem::take(&mut plan.new) {
+        // The new messages end the request (every alignment takes them from its tail).
+        let new_from = incoming.len().saturating_sub(stored_count);
+        for (k, m) in std::mem::take(&mut plan.new).into_iter().enumerate() {
             new_user |= m.role == Role::User;
             let stored = StoredMessage::new(&st.memory, m, now, Source::Request);
+            if let Some(&Some(at)) = sent_at.get(new_from + k) {
+                from_request.push((stored.seq, at));
+            }
             if stored.message.role == Role::User {
                 st.memory.turn = stored.turn;
                 st.memory.last_user_at = Some(now);
@@ -782,7 +789,7 @@ impl Engine {
         if parsed.provider_history.is_none() {
             let mut history: Vec<Option<formats::Message>> =
                 std::mem::take(&mut parsed.history).into_iter().map(Some).collect();
-            sent = resent
+            sent = from_request
                 .into_iter()
                 .filter_map(|(seq, i)| Some((seq, history.get_mut(i)?.take()?)))
                 .collect();
