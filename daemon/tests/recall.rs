@@ -70,6 +70,18 @@ struct Convo {
 }
 
 impl Convo {
+    /// The same conversation on a new connection to `d` (a daemon started again on its data).
+    fn reconnected(&self, d: &Daemon) -> Convo {
+        Convo {
+            client: d.client(),
+            memory: self.memory.clone(),
+            history: self.history.clone(),
+            now: self.now,
+            gap: self.gap,
+            calls: 0,
+        }
+    }
+
     fn request(&self, extra: Option<&str>) -> Value {
         let mut messages = vec![json!({"role": "system", "content": "You are the ops assistant."})];
         messages.extend(self.history.iter().cloned());
@@ -329,14 +341,7 @@ fn a_forgotten_turn_comes_back_grouped_dated_distilled_and_survives_an_index_reb
     std::fs::remove_dir_all(d.data.join("index")).unwrap();
     let config = d.dir.path().join("recalld.toml");
     d.spawn(&["--config", config.to_str().unwrap()]);
-    let mut c2 = Convo {
-        client: d.client(),
-        memory: "ops".into(),
-        history: c.history.clone(),
-        now: c.now,
-        gap: c.gap,
-        calls: 0,
-    };
+    let mut c2 = c.reconnected(&d);
     c2.quiet();
     let again = c2.decorate(Some(&q), true);
     // The same best documents come back (ranks at the block's margin may move: the vector
@@ -598,19 +603,39 @@ fn a_block_with_room_to_spare_searches_deeper_and_a_full_one_does_not() {
 /// meaning points at it more than at any other day's: the time search finds the passages said
 /// then and those that speak of that day from another, and only those; another day's question
 /// finds another day's turn.
-#[test]
-fn a_question_naming_a_day_brings_back_what_was_said_that_day() {
-    // Nothing is relevant by meaning here (the gate at 0.99), so only the time can make a block
-    // relevant.
+/// Turn 7 of the dated conversations (2024-01-13) speaks of 4 December instead.
+const LOOKING_BACK: usize = 6;
+
+/// A turn every ten days (the sleep fades the view before each): turn i on 2023-11-14 + 10 i,
+/// up to turn 7, which looks back at 4 December 2023. Nothing is relevant by meaning (the gate
+/// at 0.99), so only the time can make a block relevant.
+fn looking_back(memory: &str) -> (Daemon, Convo) {
     let d = Daemon::start_with_config(&format!("{DEADLINE}recall_relevant_cosine = 0.99\n"));
-    // A turn every ten days (the sleep fades the view before each): turn i on 2023-11-14 + 10 i.
-    // Turn 7 (2024-01-13) speaks of 4 December instead.
-    const LOOKING_BACK: usize = 6;
-    let mut c = converse_every(&d, "days", 10.0 * 86_400.0, LOOKING_BACK);
+    let mut c = converse_every(&d, memory, 10.0 * 86_400.0, LOOKING_BACK);
     c.turn(
         "Looking back at 4 December 2023: that was the day we rotated the TLS certificates.".into(),
         "Noted.".into(),
     );
+    (d, c)
+}
+
+/// The turns of the passages a decorate's recall found by the time search (`time:passages`).
+fn found_by_time(reply: &Value) -> Vec<Value> {
+    let r = &reply["info"]["recall"];
+    let mut turns: Vec<Value> = r["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a recall block: {r}"))
+        .iter()
+        .filter(|it| it["kind"] == "passage" && it["searches"].as_array().unwrap().contains(&json!("time:passages")))
+        .map(|it| it["turns"].clone())
+        .collect();
+    turns.sort_by_key(|t| t[0].as_u64());
+    turns
+}
+
+#[test]
+fn a_question_naming_a_day_brings_back_what_was_said_that_day() {
+    let (_d, mut c) = looking_back("days");
     // Turn 12 (2024-03-03) makes a plan for the month after.
     const PLANNING: usize = 11;
     const PLAN: &str =
@@ -639,19 +664,9 @@ fn a_question_naming_a_day_brings_back_what_was_said_that_day() {
             "turn {} (said on {day}) is not in the block:\n{block}\n{r}",
             i + 1
         );
-        let by_time: Vec<&Value> = r["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|it| {
-                it["kind"] == "passage" && it["searches"].as_array().unwrap().contains(&json!("time:passages"))
-            })
-            .map(|it| &it["turns"])
-            .collect();
         // That day's turn, and for 4 December the turn that spoke of it a month later (not the
         // next, said ten days later, whose "last week" is wider than the day asked about).
-        let mut by_time: Vec<Value> = by_time.into_iter().cloned().collect();
-        by_time.sort_by_key(|t| t[0].as_u64());
+        let by_time = found_by_time(&reply);
         let mut want = vec![json!([i + 1, i + 1])];
         if i == 2 {
             want.push(json!([LOOKING_BACK + 1, LOOKING_BACK + 1]));
@@ -665,14 +680,10 @@ fn a_question_naming_a_day_brings_back_what_was_said_that_day() {
     // in that month (turns 15 to 17): the time search lists it though it was said in March.
     let april = c.decorate(Some("What did we plan to do with the database in April 2024?"), true);
     let r = &april["info"]["recall"];
-    let by_time: Vec<&Value> = r["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|it| it["searches"].as_array().unwrap().contains(&json!("time:passages")))
-        .map(|it| &it["turns"])
-        .collect();
-    assert!(by_time.contains(&&json!([PLANNING + 1, PLANNING + 1])), "{r}");
+    assert!(
+        found_by_time(&april).contains(&json!([PLANNING + 1, PLANNING + 1])),
+        "{r}"
+    );
     let (_, block) = recall_block(&april["request"]).unwrap_or_else(|| panic!("a recall block: {r}"));
     assert!(block.contains(PLAN), "{block}\n{r}");
     // "Today" names the conversation in progress, not a time it asks to have back.
@@ -694,13 +705,7 @@ fn a_memory_stored_before_mentions_gets_them_at_its_next_index_job() {
     use recalld::engine::records::MemoryRecord;
     use recalld::store::{keys, Store, Table};
 
-    let mut d = Daemon::start_with_config(&format!("{DEADLINE}recall_relevant_cosine = 0.99\n"));
-    const LOOKING_BACK: usize = 6;
-    let mut c = converse_every(&d, "older", 10.0 * 86_400.0, LOOKING_BACK);
-    c.turn(
-        "Looking back at 4 December 2023: that was the day we rotated the TLS certificates.".into(),
-        "Noted.".into(),
-    );
+    let (mut d, mut c) = looking_back("older");
     // Enough turns after it that it leaves the view.
     const TURNS_AFTER: usize = 16;
     for i in LOOKING_BACK + 1..LOOKING_BACK + TURNS_AFTER {
@@ -709,16 +714,6 @@ fn a_memory_stored_before_mentions_gets_them_at_its_next_index_job() {
     c.quiet();
     let asked = "What did we go over on 4 December 2023? I lost my notes from then.";
     let spoke_of_it = json!([LOOKING_BACK + 1, LOOKING_BACK + 1]);
-    let found_by_time = |reply: &Value| -> Vec<Value> {
-        let r = &reply["info"]["recall"];
-        r["items"]
-            .as_array()
-            .unwrap_or_else(|| panic!("a recall block: {r}"))
-            .iter()
-            .filter(|it| it["searches"].as_array().unwrap().contains(&json!("time:passages")))
-            .map(|it| it["turns"].clone())
-            .collect()
-    };
     assert!(found_by_time(&c.decorate(Some(asked), true)).contains(&spoke_of_it));
 
     // As an older daemon leaves it: no rows, and the record not marked as having them all.
@@ -740,14 +735,7 @@ fn a_memory_stored_before_mentions_gets_them_at_its_next_index_job() {
     assert!(rows > 0, "the conversation's passages had rows to delete");
     let config = d.dir.path().join("recalld.toml");
     d.spawn(&["--config", config.to_str().unwrap()]);
-    let mut c = Convo {
-        client: d.client(),
-        memory: "older".into(),
-        history: c.history.clone(),
-        now: c.now,
-        gap: c.gap,
-        calls: 0,
-    };
+    let mut c = c.reconnected(&d);
     c.quiet();
     assert!(
         !found_by_time(&c.decorate(Some(asked), true)).contains(&spoke_of_it),
