@@ -5,8 +5,9 @@
 //! day or in the days after it ("yesterday I…", "last weekend…"), so a window runs from the day
 //! before the named days to a week after them. The same reading of a passage's text at its own
 //! date gives the days it speaks of (`mentioned`: "last month" said in April is March), which
-//! the time search finds too, plans included ("next month" said in May is June). Pure: text and
-//! a time in, days or windows out.
+//! the time search finds too, plans included ("next month" said in May is June). A relative time
+//! followed by "before" and a date is read at that date ("last weekend before April 10, 2023").
+//! Pure: text and a time in, days or windows out.
 //!
 //! Years alone, seasons and weekdays without "last" are not read: a window that wide narrows
 //! nothing, and "on Friday" may be the one to come. A month name alone is read only capitalised
@@ -115,11 +116,25 @@ fn spans(text: &str, now: f64) -> Vec<(i64, i64)> {
     while i < words.len() {
         let (taken, span) = named_at(&words, i, today);
         if let Some(s) = span {
-            spans.push(s);
+            spans.push(anchored(&words, i, taken, today).unwrap_or(s));
         }
         i += taken.max(1);
     }
     spans
+}
+
+/// A time named relative to today but anchored to a date named after it ("last weekend before
+/// April 10, 2023", "last week before 3 June"): the same words read as if said that day.
+fn anchored(words: &[Word], i: usize, taken: usize, today: i64) -> Option<(i64, i64)> {
+    if words.get(i + taken)?.lower != "before" {
+        return None;
+    }
+    // Relative words name other days when read years later; a dated day names the same.
+    if named_at(words, i, today).1 == named_at(words, i, today + 1_000).1 {
+        return None;
+    }
+    let (anchor, _) = named_at(words, i + taken + 1, today).1?;
+    named_at(words, i, anchor).1
 }
 
 /// A word of the text: its characters, lower case, and whether it began with a capital.
@@ -474,6 +489,21 @@ mod tests {
                 ("a couple of months ago", &[(day_of(2023, 12, 1), day_of(2024, 1, 31))]),
                 // Not a count of anything ago, nor a time.
                 ("a day at the beach, years ago", &[]),
+                // Anchored to the date after it, not to now (2023-04-10 was a Monday).
+                (
+                    "What did Maria do last weekend before April 10, 2023?",
+                    &[
+                        (day_of(2023, 4, 8), day_of(2023, 4, 9)),
+                        (day_of(2023, 4, 10), day_of(2023, 4, 10)),
+                    ],
+                ),
+                (
+                    "last week before 3 June 2023",
+                    &[
+                        (day_of(2023, 5, 21), day_of(2023, 5, 27)),
+                        (day_of(2023, 6, 3), day_of(2023, 6, 3)),
+                    ],
+                ),
             ],
         );
     }
