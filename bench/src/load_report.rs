@@ -239,7 +239,7 @@ impl LoadReport {
         let s = &self.storage;
         let l = &self.lanes;
         let mb = |kb: Option<u64>| kb.map_or("?".into(), |k| format!("{:.0} MB", k as f64 / 1024.0));
-        let rows: Vec<(String, String)> = vec![
+        let mut rows: Vec<(String, String)> = vec![
             (
                 "decorate+report pairs".into(),
                 format!(
@@ -284,19 +284,9 @@ impl LoadReport {
                 "decorate ÷ ping".into(),
                 format!("**{:.1}× at p50, {:.1}× at p99**", self.ratio_p50, self.ratio_p99),
             ),
-            (
-                "paced: decorate without recall".into(),
-                self.paced_cell(|p| &p.decorate_without_recall),
-            ),
-            (
-                "paced: decorate that ran recall".into(),
-                self.paced_cell(|p| &p.decorate_with_recall),
-            ),
-            ("paced: report".into(), self.paced_cell(|p| &p.report)),
-            (
-                "paced: the lanes' time per turn (`quiet`)".into(),
-                self.paced_cell(|p| &p.lane_wait),
-            ),
+        ];
+        rows.extend(self.paced_rows());
+        rows.extend([
             (
                 "note asks answered · notes written".into(),
                 format!("{} · {}", self.note_asks, self.notes_written),
@@ -410,7 +400,7 @@ impl LoadReport {
                         / (self.cost.embed_cache.hits + self.cost.embed_cache.misses).max(1) as f64
                 ),
             ),
-        ];
+        ]);
         md.push_str("| measure | value |\n|---|---|\n");
         for (k, v) in rows {
             md.push_str(&format!("| {k} | {v} |\n"));
@@ -429,13 +419,26 @@ impl LoadReport {
 }
 
 impl LoadReport {
-    /// A latency of the paced phase, with its ratio to the ping floor where the floor was
-    /// measured the same way (one client); or why the phase did not run.
-    fn paced_cell(&self, of: impl Fn(&Paced) -> &Latency) -> String {
+    /// The paced phase's rows, or one saying why it did not run.
+    fn paced_rows(&self) -> Vec<(String, String)> {
         let Some(p) = &self.paced else {
-            return self.paced_skipped.clone().unwrap_or_else(|| "–".into());
+            let why = self.paced_skipped.clone().unwrap_or_else(|| "–".into());
+            return vec![("paced (each turn once its lane is quiet)".into(), why)];
         };
-        let l = of(p);
+        [
+            ("decorate without recall", &p.decorate_without_recall),
+            ("decorate that ran recall", &p.decorate_with_recall),
+            ("report", &p.report),
+            ("the lanes' time per turn (`quiet`)", &p.lane_wait),
+        ]
+        .into_iter()
+        .map(|(name, l)| (format!("paced: {name}"), self.paced_cell(p, l)))
+        .collect()
+    }
+
+    /// A latency of the paced phase, with its ratio to the ping floor where the floor was
+    /// measured the same way (one client).
+    fn paced_cell(&self, p: &Paced, l: &Latency) -> String {
         let errors = match p.errors.len() {
             0 => String::new(),
             n => format!("; {n} refused: {}", p.errors[0]),
