@@ -219,11 +219,14 @@ pub fn run(o: &LoadOptions, progress: &mut dyn FnMut(String)) -> Result<LoadRepo
     // Beside a backlog, a quiet before each turn would first wait for all of it.
     let (paced, paced_skipped) = match (o.paced, jobs_left) {
         (0, _) => (None, Some("not asked for (`--paced 0`)".to_owned())),
-        (_, 0) => {
-            let p = paced(&socket, &mut agents, o.paced)?;
-            progress(format!("paced: {} turns", p.turns));
-            (Some(p), None)
-        }
+        // A lane that does not go quiet is reported; the rest of the run goes on.
+        (_, 0) => match paced(&socket, &mut agents, o.paced) {
+            Ok(p) => {
+                progress(format!("paced: {} turns", p.turns));
+                (Some(p), None)
+            }
+            Err(e) => (None, Some(format!("stopped: {e}"))),
+        },
         (_, n) => (None, Some(format!("not run: the lanes did not drain ({n} jobs left)"))),
     };
 
