@@ -677,7 +677,8 @@ fn a_question_naming_a_day_brings_back_what_was_said_that_day() {
         assert_eq!((&r["said_then"], &r["relevant"]), (&json!(true), &json!(true)), "{r}");
     }
     // A plan made the month before is found for the month it speaks of, besides what was said
-    // in that month (turns 15 to 17): the time search lists it though it was said in March.
+    // in its window (turns 15 to 18, from 31 March to 8 May): the time search lists it though it
+    // was said on 3 March.
     let april = c.decorate(Some("What did we plan to do with the database in April 2024?"), true);
     let r = &april["info"]["recall"];
     assert!(
