@@ -251,14 +251,13 @@ fn named_at(words: &[Word], i: usize, today: i64) -> (usize, Option<(i64, i64)>)
             };
             return (2, Some((saturday, saturday + 1)));
         }
-        "this" | "next" if next(1).is_some_and(|n| n.lower == "month") => {
-            let (y, m, _) = civil_from_days(today);
-            let (y, m) = match (w.lower.as_str(), m) {
-                ("this", _) => (y, m),
-                (_, 12) => (y + 1, 1),
-                _ => (y, m + 1),
+        "last" | "this" | "next" if next(1).is_some_and(|n| n.lower == "month") => {
+            let k = match w.lower.as_str() {
+                "last" => -1,
+                "this" => 0,
+                _ => 1,
             };
-            return (2, whole_month(y, m));
+            return (2, months(today, k, k));
         }
         "last" if next(1).is_some_and(|n| WEEKDAYS.contains(&n.lower.as_str())) => {
             // The latest such weekday before today (1970-01-01 was a Thursday).
@@ -266,12 +265,6 @@ fn named_at(words: &[Word], i: usize, today: i64) -> (usize, Option<(i64, i64)>)
             let back = (today + 3 - wd).rem_euclid(7);
             let day = today - if back == 0 { 7 } else { back };
             return (2, Some((day, day)));
-        }
-        "last" if next(1).is_some_and(|n| n.lower == "month") => {
-            let (y, m, _) = civil_from_days(today);
-            let (y, m) = if m == 1 { (y - 1, 12) } else { (y, m - 1) };
-            let first = days_from_civil(y, m as i64, 1);
-            return (2, Some((first, first + days_in(y, m) as i64 - 1)));
         }
         _ => {}
     }
@@ -283,15 +276,7 @@ fn named_at(words: &[Word], i: usize, today: i64) -> (usize, Option<(i64, i64)>)
                 Some("day") => Some((today - most, today - least)),
                 // A week ago is about that day, give or take half a week.
                 Some("week") => Some((today - 7 * most - 3, today - 7 * least + 3)),
-                Some("month") => {
-                    let (y, m, _) = civil_from_days(today);
-                    let month_back = |back: i64| {
-                        let n = y * 12 + i64::from(m) - 1 - back;
-                        (n.div_euclid(12), n.rem_euclid(12) as u32 + 1)
-                    };
-                    let ((y0, m0), (y1, m1)) = (month_back(most), month_back(least));
-                    whole_month(y0, m0).zip(whole_month(y1, m1)).map(|(a, b)| (a.0, b.1))
-                }
+                Some("month") => months(today, -most, -least),
                 _ => None,
             };
             if span.is_some() {
@@ -381,6 +366,17 @@ fn dated(words: &[Word], after: usize, y: Option<i64>, m: u32, d: u32, today: i6
 fn whole_month(y: i64, m: u32) -> Option<(i64, i64)> {
     let first = valid(y, m, 1)?;
     Some((first, first + days_in(y, m) as i64 - 1))
+}
+
+/// From the first day of the month `from` months after today's (before, when negative) to the
+/// last day of the month `to` months after it: "last month" is (-1, -1), "next month" (1, 1).
+fn months(today: i64, from: i64, to: i64) -> Option<(i64, i64)> {
+    let (y, m, _) = civil_from_days(today);
+    let month = |k: i64| {
+        let n = y * 12 + i64::from(m) - 1 + k;
+        whole_month(n.div_euclid(12), n.rem_euclid(12) as u32 + 1)
+    };
+    Some((month(from)?.0, month(to)?.1))
 }
 
 #[cfg(test)]
@@ -479,6 +475,7 @@ mod tests {
                     &[(day_of(2024, 3, 16), day_of(2024, 3, 17))],
                 ),
                 ("everything this week", &[(day_of(2024, 3, 18), day_of(2024, 3, 24))]),
+                ("and this month", &[(day_of(2024, 3, 1), day_of(2024, 3, 31))]),
                 ("the one from 3 days ago", &[(today - 3.0 * DAY, today - 3.0 * DAY)]),
                 ("a few days ago you said", &[(today - 4.0 * DAY, today - 2.0 * DAY)]),
                 (
