@@ -416,9 +416,7 @@ impl LoadReport {
         }
         md
     }
-}
 
-impl LoadReport {
     /// The paced phase's rows, or one saying why it did not run.
     fn paced_rows(&self) -> Vec<(String, String)> {
         let Some(p) = &self.paced else {
