@@ -476,6 +476,50 @@ fn a_live_episode_the_block_holds_back_comes_back_as_an_excerpt() {
     }
 }
 
+/// The facts block keeps to its room (`facts_share` of the landing): a fade forgets the least
+/// active sealed episodes past it, and what their facts said comes back by recall when asked.
+/// The same conversation on a daemon whose block has all the room it wants is the yardstick.
+/// (A fade enforces the room, so the block may hold more between fades; the question comes after
+/// a sleep, which fades. At this ceiling a quarter of the landing, the default, holds the
+/// block whole: a tenth here.)
+#[test]
+fn facts_the_block_had_no_room_for_leave_it_and_come_back_when_asked() {
+    let bounded = Daemon::start_with_config(&format!("{DEADLINE}facts_share = 0.1\n"));
+    let unbounded = Daemon::start_with_config(&format!("{DEADLINE}facts_share = 100.0\n"));
+    let mut b = converse(&bounded, "bounded");
+    let mut u = converse(&unbounded, "unbounded");
+    // Taken up two days later: the turn sleeps first, a fade whatever the view's size.
+    b.now += 2.0 * 86_400.0;
+    u.now += 2.0 * 86_400.0;
+    let small_talk = "Good morning!";
+    let (kept, all) = (
+        facts_block(&b.decorate(Some(small_talk), true)["request"]),
+        facts_block(&u.decorate(Some(small_talk), true)["request"]),
+    );
+    let lines = |t: &str| {
+        t.lines()
+            .filter(|l| l.starts_with("- "))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let (kept, all) = (lines(&kept), lines(&all));
+    // Whole episodes leave (here the one that held them all).
+    assert!(kept.len() < all.len(), "kept {kept:#?}\nall {all:#?}");
+    assert!(kept.iter().all(|l| all.contains(l)), "kept {kept:#?}\nall {all:#?}");
+    // A fact only the unbounded block shows: the bounded daemon recalls it (or its turn).
+    let i = (0..TURNS)
+        .find(|&i| all.iter().any(|l| l.contains(&fact_text(i))) && !kept.iter().any(|l| l.contains(&fact_text(i))))
+        .expect("a fact the bounded block left out");
+    let asked = b.decorate(Some(&format!("Which port does service {} listen on?", name(i))), true);
+    let (_, block) =
+        recall_block(&asked["request"]).unwrap_or_else(|| panic!("no recall block: {}", asked["info"]["recall"]));
+    assert!(
+        block.contains(&fact_text(i)) || block.contains(&user_text(i)),
+        "turn {} is not recalled:\n{block}",
+        i + 1
+    );
+}
+
 /// After a reply, the lane judges the facts the exchange leads to (the prepared walk), and the
 /// next message, a follow-up that names nothing, finds them ready in its recall block.
 #[test]

@@ -139,7 +139,7 @@ impl Engine {
         Measure { budget, view }
     }
 
-    pub(super) fn facts_text<'a>(&self, st: &'a State, _format: Format) -> Option<String> {
+    pub(super) fn facts_text(&self, st: &State, _format: Format) -> Option<String> {
         // Active facts only (a merged fact lives on in the one it merged into; a retired one
         // was contradicted). A note's facts stay while any episode they (or their
         // restatements) were written for is sealed, and leave with the last of them:
@@ -148,21 +148,7 @@ impl Engine {
         let activations = activation::of_some_facts(&shown, &st.traces, st.memory.updated_at);
         let mut facts: Vec<(&Fact, f64)> = shown.into_iter().zip(activations).collect();
         facts.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.n.cmp(&a.0.n)));
-        // Entities under their resolved names once the lane has placed the fact.
-        let name = |entity: Option<u64>, written: &'a str| -> &'a str {
-            entity
-                .and_then(|n| st.entities.get(n as usize))
-                .map_or(written, |e| e.name.as_str())
-        };
-        let lines: Vec<(&Fact, [&str; 2])> = facts
-            .into_iter()
-            .map(|(f, _)| {
-                (
-                    f,
-                    [name(f.subject_entity, &f.subject), name(f.object_entity, &f.object)],
-                )
-            })
-            .collect();
+        let lines: Vec<(&Fact, [&str; 2])> = facts.into_iter().map(|(f, _)| (f, entity_names(st, f))).collect();
         blocks::facts_block(&lines)
     }
 
@@ -325,6 +311,17 @@ impl Engine {
             in_view: view.iter().map(|m| m.seq).collect(),
         }
     }
+}
+
+/// A fact's subject and object under their resolved names once the lane has placed the fact,
+/// as written before.
+pub(super) fn entity_names<'a>(st: &'a State, f: &'a Fact) -> [&'a str; 2] {
+    let name = |entity: Option<u64>, written: &'a str| -> &'a str {
+        entity
+            .and_then(|n| st.entities.get(n as usize))
+            .map_or(written, |e| e.name.as_str())
+    };
+    [name(f.subject_entity, &f.subject), name(f.object_entity, &f.object)]
 }
 
 /// A recall block is shown while its turn is in progress, then only once the lane has

@@ -18,18 +18,21 @@ pub fn is_our_block(text: &str) -> bool {
         || (text.starts_with(NOTE_ASK_HEADER_PREFIX) && text.contains("is leaving live context"))
 }
 
-/// The facts block: facts (most active first) then milestones, each with its two entities
-/// (their resolved names, as the caller gives them).
+/// One line of the facts block: the fact, then its two entities (their resolved names, as the
+/// caller gives them) in brackets.
+pub fn fact_line(f: &Fact, names: [&str; 2]) -> String {
+    let mut entities: Vec<&str> = names.iter().copied().filter(|e| !e.is_empty()).collect();
+    entities.dedup();
+    if entities.is_empty() {
+        format!("- {}", f.note)
+    } else {
+        format!("- {} [{}]", f.note, entities.join(", "))
+    }
+}
+
+/// The facts block: facts (most active first) then milestones, each a [`fact_line`].
 pub fn facts_block(facts: &[(&Fact, [&str; 2])]) -> Option<String> {
-    let line = |(f, names): &(&Fact, [&str; 2])| {
-        let mut entities: Vec<&str> = names.iter().copied().filter(|e| !e.is_empty()).collect();
-        entities.dedup();
-        if entities.is_empty() {
-            format!("- {}", f.note)
-        } else {
-            format!("- {} [{}]", f.note, entities.join(", "))
-        }
-    };
+    let line = |(f, names): &(&Fact, [&str; 2])| fact_line(f, *names);
     let plain: Vec<String> = facts
         .iter()
         .filter(|(f, _)| !f.milestone && !f.note.is_empty())

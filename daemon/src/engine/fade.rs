@@ -3,7 +3,8 @@
 
 use super::records::{Episode, EpisodeState, StoredMessage};
 use super::state::State;
-use super::{activation, tokens};
+use super::{activation, assemble, blocks, tokens};
+use std::collections::HashMap;
 
 /// A history message is in view unless its episode is sealed or forgotten.
 pub(super) fn in_view(st: &State, m: &StoredMessage) -> bool {
@@ -27,9 +28,11 @@ pub(super) fn seal_acknowledged(st: &mut State, now: f64) {
     }
 }
 
-/// Fades to the landing: least active first until the projected view reaches it. A live
-/// episode starts leaving (or seals at once when its facts exist); a sealed one is forgotten.
-pub(super) fn fade(st: &mut State, landing: u64, view: u64, now: f64, ratio: Option<f64>) -> bool {
+/// Fades to the landing: least active first until the projected view reaches it and the facts
+/// block holds at most `facts_room` tokens. A live episode starts leaving (or seals at once
+/// when its facts exist) while the view is over; a sealed one is forgotten, its facts leaving
+/// the block (they stay recallable).
+pub(super) fn fade(st: &mut State, landing: u64, view: u64, facts_room: u64, now: f64, ratio: Option<f64>) -> bool {
     let fading = |e: &Episode| matches!(e.state, EpisodeState::Live | EpisodeState::Sealed);
     let act = activation::of_episodes_where(st.episodes.len(), &st.traces, now, |n| {
         st.episodes.get(n as usize).is_some_and(fading)
@@ -41,27 +44,176 @@ pub(super) fn fade(st: &mut State, landing: u64, view: u64, now: f64, ratio: Opt
         .map(|e| (e.n, act[e.n as usize]))
         .collect();
     order.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    let mut block = BlockSizes::of(st);
     let mut projected = view;
     let mut changed = false;
     for (n, _) in order {
-        if projected <= landing {
+        let view_over = projected > landing;
+        if !view_over && block.total <= facts_room {
             break;
         }
         let e = st.episode_mut(n);
         match e.state {
-            EpisodeState::Live => {
-                e.state = if e.facts.is_empty() {
-                    EpisodeState::Leaving
-                } else {
+            EpisodeState::Live if view_over => {
+                let sealed = !e.facts.is_empty();
+                e.state = if sealed {
                     EpisodeState::Sealed
+                } else {
+                    EpisodeState::Leaving
                 };
+                e.changed_at = now;
                 projected = projected.saturating_sub(tokens::corrected(e.tokens, ratio));
+                if sealed {
+                    // Its facts join the block.
+                    block = BlockSizes::of(st);
+                }
             }
-            EpisodeState::Sealed => e.state = EpisodeState::Forgotten,
+            EpisodeState::Sealed => {
+                e.state = EpisodeState::Forgotten;
+                e.changed_at = now;
+                block.forget(n);
+            }
             _ => continue,
         }
-        e.changed_at = now;
         changed = true;
     }
     changed
+}
+
+/// The facts block's size in tokens, and what forgetting each sealed episode takes out of it: a
+/// fact leaves with the last sealed episode it was written for.
+struct BlockSizes {
+    total: u64,
+    /// Per fact shown: its line's tokens and how many sealed episodes keep it shown.
+    facts: Vec<(u64, usize)>,
+    /// Per sealed episode: the facts (indexes into `facts`) it keeps shown.
+    kept_by: HashMap<u64, Vec<usize>>,
+}
+
+impl BlockSizes {
+    fn of(st: &State) -> BlockSizes {
+        let mut sizes = BlockSizes {
+            total: 0,
+            facts: Vec::new(),
+            kept_by: HashMap::new(),
+        };
+        for f in super::recall::facts_in_block(st) {
+            let mut sealed: Vec<u64> = f
+                .all_episodes()
+                .filter(|&e| {
+                    st.episodes
+                        .get(e as usize)
+                        .is_some_and(|e| e.state == EpisodeState::Sealed)
+                })
+                .collect();
+            sealed.sort_unstable();
+            sealed.dedup();
+            let size = tokens::text_tokens(&blocks::fact_line(f, assemble::entity_names(st, f))) as u64 + 1;
+            for &e in &sealed {
+                sizes.kept_by.entry(e).or_default().push(sizes.facts.len());
+            }
+            sizes.facts.push((size, sealed.len()));
+            sizes.total += size;
+        }
+        sizes
+    }
+
+    fn forget(&mut self, episode: u64) {
+        for i in self.kept_by.remove(&episode).unwrap_or_default() {
+            let (size, keepers) = &mut self.facts[i];
+            *keepers -= 1;
+            if *keepers == 0 {
+                self.total -= *size;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::records::{Fact, TraceKind};
+
+    /// Episodes 0–3 sealed with two facts each (episode 1 the least active, then 0, 3, 2), 4 live
+    /// (activation `live`, and two facts of its own when `live_facts`).
+    fn sealed_four(live: f64, live_facts: bool) -> (tempfile::TempDir, State) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(dir.path(), &Default::default()).unwrap();
+        let mut st = store.read(|r| State::load(r, "m", 0.0)).unwrap();
+        for k in 0..5u64 {
+            let state = if k == 4 {
+                EpisodeState::Live
+            } else {
+                EpisodeState::Sealed
+            };
+            st.push_episode(Episode {
+                acknowledged: true,
+                ..Episode::spanning((2 * k, 2 * k + 1), (k + 1, k + 1), 100, state)
+            });
+            let strength = [2.0, 1.0, 4.0, 3.0, live][k as usize];
+            st.push_trace(k, TraceKind::Encoding, 0.0, strength, true, None);
+        }
+        for k in 0..if live_facts { 5 } else { 4 } {
+            for i in 0..2 {
+                let mut f = Fact::new(&format!("fact {i} of episode {k}, said plainly"), "", "", false, 0.0);
+                f.episodes = vec![k];
+                let n = st.push_fact(f);
+                st.episode_mut(k).facts.push(n);
+            }
+        }
+        (dir, st)
+    }
+
+    fn states(st: &State) -> Vec<EpisodeState> {
+        st.episodes.iter().map(|e| e.state).collect()
+    }
+
+    #[test]
+    fn a_fade_forgets_the_least_active_sealed_episodes_until_the_facts_block_fits_its_room() {
+        use EpisodeState::*;
+        let (_dir, mut st) = sealed_four(5.0, false);
+        let whole = BlockSizes::of(&st).total;
+        // The view is under its landing: only the block's room makes the fade forget, and it
+        // leaves the live episode alone. Room for half the facts: the two least active go.
+        assert!(fade(&mut st, 1_000, 500, whole / 2, 60.0, None));
+        assert_eq!(states(&st), vec![Forgotten, Forgotten, Sealed, Sealed, Live]);
+        assert!(BlockSizes::of(&st).total <= whole / 2);
+        // Room for all of it: nothing changes.
+        let (_dir, mut st) = sealed_four(5.0, false);
+        assert!(!fade(&mut st, 1_000, 500, whole, 60.0, None));
+        assert_eq!(states(&st), vec![Sealed, Sealed, Sealed, Sealed, Live]);
+    }
+
+    #[test]
+    fn a_fact_leaves_the_block_with_the_last_sealed_episode_it_was_written_for() {
+        let (_dir, mut st) = sealed_four(5.0, false);
+        // Fact 0 restated for episode 2 as well: forgetting episode 0 leaves it shown.
+        st.fact_mut(0).episodes.push(2);
+        let mut sizes = BlockSizes::of(&st);
+        let whole = sizes.total;
+        let line = |st: &State, n: u64| {
+            let f = st.fact(n).unwrap();
+            tokens::text_tokens(&blocks::fact_line(f, assemble::entity_names(st, f))) as u64 + 1
+        };
+        sizes.forget(0);
+        assert_eq!(sizes.total, whole - line(&st, 1));
+        sizes.forget(2);
+        assert_eq!(
+            sizes.total,
+            whole - line(&st, 0) - line(&st, 1) - line(&st, 4) - line(&st, 5)
+        );
+    }
+
+    #[test]
+    fn a_live_episode_the_fade_seals_brings_its_facts_into_the_block_and_its_room() {
+        use EpisodeState::*;
+        // Live episode 4 (its facts written) is less active than sealed 3 and 2: the order is
+        // 1, 0, 4, 3, 2. The view is 50 over its landing, so 1 and 0 go before 4 seals and brings
+        // the view under it; the block then holds the facts of 2, 3 and 4, one episode's too
+        // many for its room, and the least active of those still sealed, 3, is forgotten.
+        let (_dir, mut st) = sealed_four(2.5, true);
+        let line = BlockSizes::of(&st).total / 8;
+        assert!(fade(&mut st, 1_000, 1_050, 4 * line, 60.0, None));
+        assert_eq!(states(&st), vec![Forgotten, Forgotten, Sealed, Forgotten, Sealed]);
+    }
 }
