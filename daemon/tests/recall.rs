@@ -399,17 +399,22 @@ const HELD_CEILING: u64 = 2_500;
 /// a question about it gets its excerpt in the block, and the episode leaves the view.
 #[test]
 fn a_live_episode_the_block_holds_back_comes_back_as_an_excerpt() {
-    let d = Daemon::start_with_config(DEADLINE);
+    // The facts block keeps all it is given here, so at the lower ceiling the view is over half
+    // the history's budget without being over it (no fade), and the block must make room.
+    let d = Daemon::start_with_config(&format!("{DEADLINE}facts_share = 100.0\n"));
     let mut c = converse(&d, "held");
     c.now += 3_600.0;
     // At a lower ceiling than the conversation had, the view leaves less room than a relevant
     // block may take. The live episode it would hold back first: the least active.
     let probe = c.decorate_at(Some(&question()), true, HELD_CEILING);
     let hideable = probe["info"]["recall"]["room"]["hideable"].as_array().unwrap().clone();
-    let first = hideable
-        .first()
-        .and_then(Value::as_u64)
-        .unwrap_or_else(|| panic!("a block that holds back live history: {}", probe["info"]["recall"]));
+    let first = hideable.first().and_then(Value::as_u64).unwrap_or_else(|| {
+        let i = &probe["info"];
+        panic!(
+            "a block that holds back live history (budget {}, view {}, fixed {}): {}",
+            i["budget"], i["view_tokens"], i["fixed"], i["recall"]
+        )
+    });
     let episode = probe["info"]["episodes"]
         .as_array()
         .unwrap()

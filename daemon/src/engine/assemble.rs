@@ -95,9 +95,10 @@ impl Engine {
         // passes and grow by a note's facts, so the whole text is seldom the one counted last
         // time, while nearly every line is (encoding it whole was a tenth of decorate's CPU at
         // 10k messages of agent traffic).
-        fixed += facts_text
+        let facts = facts_text
             .as_deref()
             .map_or(0, |t| tokens::PieceCounts::default().count(t) as u64 + 4);
+        fixed += facts;
         // The note ask and the note tool are reserved even before any ask is out: the fade that
         // starts an episode leaving adds them, and that request must still fit.
         fixed += match &ask_text {
@@ -136,7 +137,7 @@ impl Engine {
                 tok(m).saturating_sub(tokens::corrected(waiting, ratio))
             })
             .sum();
-        Measure { budget, view }
+        Measure { budget, view, facts }
     }
 
     pub(super) fn facts_text(&self, st: &State, _format: Format) -> Option<String> {
@@ -335,6 +336,8 @@ fn block_shown(st: &State, b: &RecallBlock) -> bool {
 pub(super) struct Measure {
     pub(super) budget: budget::Budget,
     pub(super) view: u64,
+    /// The facts block's tokens (in `budget.fixed`), as estimated.
+    pub(super) facts: u64,
 }
 
 pub(super) struct Assembled {

@@ -28,6 +28,13 @@ pub(super) fn seal_acknowledged(st: &mut State, now: f64) {
     }
 }
 
+/// The facts block back within its room after episodes sealed between fades (the fade that made
+/// them leave could not count their facts: they were not written yet): the least active sealed
+/// episodes are forgotten, nothing else moves.
+pub(super) fn keep_facts_room(st: &mut State, facts_room: u64, now: f64) -> bool {
+    fade(st, 0, 0, facts_room, now, None)
+}
+
 /// Fades to the landing: least active first until the projected view reaches it and the facts
 /// block holds at most `facts_room` tokens. A live episode starts leaving (or seals at once
 /// when its facts exist) while the view is over; a sealed one is forgotten, its facts leaving
@@ -182,6 +189,9 @@ mod tests {
         let (_dir, mut st) = sealed_four(5.0, false);
         assert!(!fade(&mut st, 1_000, 500, whole, 60.0, None));
         assert_eq!(states(&st), vec![Sealed, Sealed, Sealed, Sealed, Live]);
+        // Between fades the room is kept the same way, whatever the view.
+        assert!(keep_facts_room(&mut st, whole / 4, 60.0));
+        assert_eq!(states(&st), vec![Forgotten, Forgotten, Sealed, Forgotten, Live]);
     }
 
     #[test]

@@ -53,7 +53,7 @@ use crate::formats::{self, FormatError, Role};
 use crate::models::Models;
 use crate::store::{Store, StoreError};
 use assemble::NoteCosts;
-use fade::{fade, seal_acknowledged};
+use fade::{fade, keep_facts_room, seal_acknowledged};
 use ingest::remember_instructions;
 use notes::NoteCall;
 use records::{EpisodeState, JobKind, Source, StoredMessage};
@@ -634,12 +634,15 @@ impl Engine {
         let over = measure.view > measure.budget.history;
         let mut faded = false;
         let mut cut_report = None;
+        // The facts block's room is a share of the landing (README, Benchmarks: "The facts
+        // block's room").
+        let facts_room = (measure.budget.landing as f64 * self.config.facts_share.max(0.0)) as u64;
         if (sleep || over) && !st.any_leaving() {
             cut_report = self.cut(&mut st, measure.budget.history, true);
-            // The facts block's room is a share of the landing (README, Benchmarks: "The facts
-            // block's room").
-            let facts_room = (measure.budget.landing as f64 * self.config.facts_share.max(0.0)) as u64;
             faded = fade(&mut st, measure.budget.landing, measure.view, facts_room, now, ratio);
+            measure = self.measure(&st, &parsed, ratio);
+        } else if measure.facts > facts_room && keep_facts_room(&mut st, facts_room, now) {
+            faded = true;
             measure = self.measure(&st, &parsed, ratio);
         }
         // Over the ceiling while episodes leave (no fade until they seal): closed history is cut
