@@ -122,8 +122,10 @@ pub struct EngineConfig {
     pub recall_share: f64,
     /// The most the facts block keeps after a fade, as a share of the landing (the view's
     /// target): past it the least active sealed episodes are forgotten, their facts left to
-    /// recall, which brings back those a message asks about. On the whole LoCoMo dev replay at
-    /// 4k: unbounded 0.879, 0.5 0.882, 0.25 0.888, 0.125 0.887; 8k 0.935 → 0.935 (README,
+    /// recall, which brings back those a message asks about; a decorate that finds the block
+    /// over its room between fades forgets the same way. On the whole LoCoMo dev replay, kept
+    /// at fades only, 4k: unbounded 0.879, 0.5 0.882, 0.25 0.888, 0.125 0.887 (8k at 0.25:
+    /// 0.935, the same); kept between fades too, at 0.25: 4k 0.885, 8k 0.940 (README,
     /// Benchmarks: "The facts block's room").
     pub facts_share: f64,
     /// A passage (what recall searches and shows as an excerpt) gathers whole units up to
