@@ -6,8 +6,10 @@
 //! before the named days to a week after them. The same reading of a passage's text at its own
 //! date gives the days it speaks of (`mentioned`: "last month" said in April is March), which
 //! the time search finds too, plans included ("next month" said in May is June). A relative time
-//! followed by "before" and a date is read at that date ("last weekend before April 10, 2023").
-//! Pure: text and a time in, days or windows out.
+//! followed by "before" and a date is read at that date ("last weekend before April 10, 2023"),
+//! and a time told by where it lies from a named day is that stretch ("the week before August
+//! 3, 2023", "two weeks before 11 August", "the Sunday before October 25, 2022", "the day after
+//! tomorrow"). Pure: text and a time in, days or windows out.
 //!
 //! Years alone, seasons and weekdays without "last" are not read: a window that wide narrows
 //! nothing, and "on Friday" may be the one to come. A month name alone is read only capitalised
@@ -114,6 +116,11 @@ fn spans(text: &str, now: f64) -> Vec<(i64, i64)> {
     let mut spans = Vec::new();
     let mut i = 0;
     while i < words.len() {
+        if let Some((taken, span)) = from_a_date(&words, i, today) {
+            spans.push(span);
+            i += taken;
+            continue;
+        }
         let (taken, span) = named_at(&words, i, today);
         if let Some(s) = span {
             spans.push(anchored(&words, i, taken, today).unwrap_or(s));
@@ -135,6 +142,65 @@ fn anchored(words: &[Word], i: usize, taken: usize, today: i64) -> Option<(i64, 
     }
     let (anchor, _) = named_at(words, i + taken + 1, today).1?;
     named_at(words, i, anchor).1
+}
+
+/// A stretch of time told by where it lies from a named day ("the week before August 3, 2023",
+/// "two weeks before 11 August", "the Sunday before October 25, 2022", "the day after
+/// tomorrow", "a month after June 2023"), as (words taken, days). The named day itself is taken
+/// too: the stretch's window reaches it.
+fn from_a_date(words: &[Word], i: usize, today: i64) -> Option<(usize, (i64, i64))> {
+    // A count of units ("two weeks", "a day"), or one ("the week", "the Sunday").
+    let the = usize::from(words[i].lower == "the");
+    if i + the >= words.len() {
+        return None;
+    }
+    let (n, counted, at) = match quantity(words, i + the).filter(|_| the == 0) {
+        Some((q, (least, most))) if least == most => (least, true, i + q),
+        Some(_) => return None,
+        None => (1, false, i + the),
+    };
+    let unit = words.get(at)?.lower.as_str();
+    let unit = if counted { unit.trim_end_matches('s') } else { unit };
+    let later = match words.get(at + 1)?.lower.as_str() {
+        "before" => false,
+        "after" => true,
+        _ => return None,
+    };
+    let (taken, named) = named_at(words, at + 2, today);
+    let (first, last) = named?;
+    let sign = if later { 1 } else { -1 };
+    let a = if later { last } else { first };
+    // Days since Monday of a day, and the day `wd` (0: Monday) nearest before or after `a`.
+    let nearest = |wd: i64| {
+        if later {
+            a + 1 + (wd - weekday(a + 1)).rem_euclid(7)
+        } else {
+            a - 1 - (weekday(a - 1) - wd).rem_euclid(7)
+        }
+    };
+    let span = match unit {
+        "day" => (a + sign * n, a + sign * n),
+        // "The week before" is the seven days before; "two weeks before" about that day.
+        "week" if !counted => {
+            if later {
+                (a + 1, a + 7)
+            } else {
+                (a - 7, a - 1)
+            }
+        }
+        "week" => (a + sign * 7 * n - 3, a + sign * 7 * n + 3),
+        "weekend" if !counted => {
+            let saturday = if later { nearest(5) } else { nearest(6) - 1 };
+            (saturday, saturday + 1)
+        }
+        "month" => months(a, sign * n, sign * n)?,
+        _ if !counted && WEEKDAYS.contains(&unit) => {
+            let day = nearest(WEEKDAYS.iter().position(|d| *d == unit)? as i64);
+            (day, day)
+        }
+        _ => return None,
+    };
+    Some((at + 2 + taken - i, span))
 }
 
 /// A word of the text: its characters, lower case, and whether it began with a capital.
@@ -224,7 +290,10 @@ fn days_in(y: i64, m: u32) -> u32 {
 
 /// The time named at word `i`, if any: how many words it took, and its first and last day.
 fn named_at(words: &[Word], i: usize, today: i64) -> (usize, Option<(i64, i64)>) {
-    let w = &words[i];
+    // Past the end (a phrase such as "last week before" that ends the text): nothing.
+    let Some(w) = words.get(i) else {
+        return (1, None);
+    };
     let next = |k: usize| words.get(i + k);
     if let Some(d) = iso(w) {
         return (1, Some((d, d)));
@@ -500,6 +569,86 @@ mod tests {
                         (day_of(2023, 5, 21), day_of(2023, 5, 27)),
                         (day_of(2023, 6, 3), day_of(2023, 6, 3)),
                     ],
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn no_run_of_time_words_breaks_the_reading() {
+        // Every sequence of up to four such words, ends of text included (a phrase cut short
+        // once read past the last word).
+        const VOCABULARY: [&str; 14] = [
+            "the", "a", "two", "week", "weekend", "sunday", "day", "before", "after", "last", "August", "3", "2023",
+            "ago",
+        ];
+        let now = day_of(2024, 3, 15);
+        let mut texts = vec![String::new()];
+        for _ in 0..4 {
+            let longer: Vec<String> = texts
+                .iter()
+                .flat_map(|t| VOCABULARY.iter().map(move |w| format!("{t} {w}")))
+                .collect();
+            for t in &longer {
+                windows(t, now);
+                mentioned(t, now);
+            }
+            texts = longer;
+        }
+    }
+
+    #[test]
+    fn a_time_told_by_where_it_lies_from_a_named_day_is_that_stretch() {
+        // Read on 2024-03-15 (a Friday); 2023-08-03 was a Thursday, 2022-10-25 a Tuesday.
+        let today = day_of(2024, 3, 15);
+        check(
+            today + 10.0 * 3600.0,
+            &[
+                (
+                    "What did John do the week before August 3, 2023 with his kids?",
+                    &[(day_of(2023, 7, 27), day_of(2023, 8, 2))],
+                ),
+                (
+                    "the week after 3 August 2023",
+                    &[(day_of(2023, 8, 4), day_of(2023, 8, 10))],
+                ),
+                (
+                    "the puppy she got two weeks before August 11, 2023",
+                    &[(day_of(2023, 7, 25), day_of(2023, 7, 31))],
+                ),
+                (
+                    "shown on the Sunday before October 25, 2022?",
+                    &[(day_of(2022, 10, 23), day_of(2022, 10, 23))],
+                ),
+                (
+                    "the Sunday after October 25, 2022",
+                    &[(day_of(2022, 10, 30), day_of(2022, 10, 30))],
+                ),
+                (
+                    "the weekend before 3 August 2023",
+                    &[(day_of(2023, 7, 29), day_of(2023, 7, 30))],
+                ),
+                (
+                    "the weekend after 3 August 2023",
+                    &[(day_of(2023, 8, 5), day_of(2023, 8, 6))],
+                ),
+                (
+                    "3 days after 3 August 2023",
+                    &[(day_of(2023, 8, 6), day_of(2023, 8, 6))],
+                ),
+                ("the day before yesterday", &[(today - 2.0 * DAY, today - 2.0 * DAY)]),
+                ("a month after June 2023", &[(day_of(2023, 7, 1), day_of(2023, 7, 31))]),
+                // Before a time that is not named, or a unit that is not one: the named day alone.
+                (
+                    "the meeting before 3 August 2023",
+                    &[(day_of(2023, 8, 3), day_of(2023, 8, 3))],
+                ),
+                ("the week before the launch", &[]),
+                ("as it was the week before", &[]),
+                ("a day after", &[]),
+                (
+                    "a few weeks before 3 August 2023",
+                    &[(day_of(2023, 8, 3), day_of(2023, 8, 3))],
                 ),
             ],
         );
