@@ -56,7 +56,7 @@ pub(super) fn fade(st: &mut State, landing: u64, view: u64, facts_room: u64, now
     let mut changed = false;
     for (n, _) in order {
         let view_over = projected > landing;
-        if !view_over && block.total <= facts_room {
+        if !view_over && block.total() <= facts_room {
             break;
         }
         let e = st.episode_mut(n);
@@ -87,12 +87,18 @@ pub(super) fn fade(st: &mut State, landing: u64, view: u64, facts_room: u64, now
     changed
 }
 
-/// The facts block's size in tokens, and what forgetting each sealed episode takes out of it: a
-/// fact leaves with the last sealed episode it was written for.
+/// The facts block's size in tokens as a request's measure counts it (line by line: its
+/// header, a line per fact, the milestones' heading while one is shown), and what forgetting each
+/// sealed episode takes out of it: a fact leaves with the last sealed episode it was written for.
 struct BlockSizes {
-    total: u64,
-    /// Per fact shown: its line's tokens and how many sealed episodes keep it shown.
-    facts: Vec<(u64, usize)>,
+    /// The facts' lines.
+    lines: u64,
+    /// Facts shown, and milestones among them.
+    shown: usize,
+    milestones: usize,
+    /// Per fact shown: its line's tokens, how many sealed episodes keep it shown, and whether it
+    /// is a milestone.
+    facts: Vec<(u64, usize, bool)>,
     /// Per sealed episode: the facts (indexes into `facts`) it keeps shown.
     kept_by: HashMap<u64, Vec<usize>>,
 }
@@ -100,11 +106,16 @@ struct BlockSizes {
 impl BlockSizes {
     fn of(st: &State) -> BlockSizes {
         let mut sizes = BlockSizes {
-            total: 0,
+            lines: 0,
+            shown: 0,
+            milestones: 0,
             facts: Vec::new(),
             kept_by: HashMap::new(),
         };
-        for f in super::recall::facts_in_block(st) {
+        for f in super::recall::facts_in_block(st)
+            .into_iter()
+            .filter(|f| !f.note.is_empty())
+        {
             let mut sealed: Vec<u64> = f
                 .all_episodes()
                 .filter(|&e| {
@@ -115,22 +126,42 @@ impl BlockSizes {
                 .collect();
             sealed.sort_unstable();
             sealed.dedup();
-            let size = tokens::text_tokens(&blocks::fact_line(f, assemble::entity_names(st, f))) as u64 + 1;
+            let line = blocks::fact_line(f, assemble::entity_names(st, f));
+            let size = u64::from(tokens::line_tokens(&format!("{line}\n")));
             for &e in &sealed {
                 sizes.kept_by.entry(e).or_default().push(sizes.facts.len());
             }
-            sizes.facts.push((size, sealed.len()));
-            sizes.total += size;
+            sizes.facts.push((size, sealed.len(), f.milestone));
+            sizes.lines += size;
+            sizes.shown += 1;
+            sizes.milestones += usize::from(f.milestone);
         }
         sizes
     }
 
+    /// The block's tokens (none without a fact).
+    fn total(&self) -> u64 {
+        if self.shown == 0 {
+            return 0;
+        }
+        let heading = |text: &str| u64::from(tokens::line_tokens(&format!("{text}\n")));
+        let milestones = if self.milestones > 0 {
+            heading(blocks::MILESTONES_HEADING)
+        } else {
+            0
+        };
+        // The 4 a message costs, as the measure counts it.
+        heading(blocks::FACTS_HEADER) + self.lines + milestones + 4
+    }
+
     fn forget(&mut self, episode: u64) {
         for i in self.kept_by.remove(&episode).unwrap_or_default() {
-            let (size, keepers) = &mut self.facts[i];
+            let (size, keepers, milestone) = &mut self.facts[i];
             *keepers -= 1;
             if *keepers == 0 {
-                self.total -= *size;
+                self.lines -= *size;
+                self.shown -= 1;
+                self.milestones -= usize::from(*milestone);
             }
         }
     }
@@ -179,18 +210,20 @@ mod tests {
     fn a_fade_forgets_the_least_active_sealed_episodes_until_the_facts_block_fits_its_room() {
         use EpisodeState::*;
         let (_dir, mut st) = sealed_four(5.0, false);
-        let whole = BlockSizes::of(&st).total;
+        // Room for the header and `k` of the eight lines (all the same size).
+        let sizes = BlockSizes::of(&st);
+        let room = |k: u64| sizes.total() - sizes.lines + k * sizes.lines / 8;
         // The view is under its landing: only the block's room makes the fade forget, and it
         // leaves the live episode alone. Room for half the facts: the two least active go.
-        assert!(fade(&mut st, 1_000, 500, whole / 2, 60.0, None));
+        assert!(fade(&mut st, 1_000, 500, room(4), 60.0, None));
         assert_eq!(states(&st), vec![Forgotten, Forgotten, Sealed, Sealed, Live]);
-        assert!(BlockSizes::of(&st).total <= whole / 2);
+        assert_eq!(BlockSizes::of(&st).total(), room(4));
         // Room for all of it: nothing changes.
         let (_dir, mut st) = sealed_four(5.0, false);
-        assert!(!fade(&mut st, 1_000, 500, whole, 60.0, None));
+        assert!(!fade(&mut st, 1_000, 500, room(8), 60.0, None));
         assert_eq!(states(&st), vec![Sealed, Sealed, Sealed, Sealed, Live]);
         // Between fades the room is kept the same way, whatever the view.
-        assert!(keep_facts_room(&mut st, whole / 4, 60.0));
+        assert!(keep_facts_room(&mut st, room(2), 60.0));
         assert_eq!(states(&st), vec![Forgotten, Forgotten, Sealed, Forgotten, Live]);
     }
 
@@ -200,17 +233,38 @@ mod tests {
         // Fact 0 restated for episode 2 as well: forgetting episode 0 leaves it shown.
         st.fact_mut(0).episodes.push(2);
         let mut sizes = BlockSizes::of(&st);
-        let whole = sizes.total;
+        let whole = sizes.total();
         let line = |st: &State, n: u64| {
             let f = st.fact(n).unwrap();
-            tokens::text_tokens(&blocks::fact_line(f, assemble::entity_names(st, f))) as u64 + 1
+            u64::from(tokens::line_tokens(&format!(
+                "{}\n",
+                blocks::fact_line(f, assemble::entity_names(st, f))
+            )))
         };
         sizes.forget(0);
-        assert_eq!(sizes.total, whole - line(&st, 1));
+        assert_eq!(sizes.total(), whole - line(&st, 1));
         sizes.forget(2);
         assert_eq!(
-            sizes.total,
+            sizes.total(),
             whole - line(&st, 0) - line(&st, 1) - line(&st, 4) - line(&st, 5)
+        );
+        // Counted as a request's measure counts the block (its last line has no newline).
+        sizes.forget(1);
+        sizes.forget(3);
+        assert_eq!(sizes.total(), 0);
+        let (_dir, st) = sealed_four(5.0, false);
+        let text = blocks::facts_block(
+            &super::super::recall::facts_in_block(&st)
+                .into_iter()
+                .map(|f| (f, assemble::entity_names(&st, f)))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let measured = u64::from(tokens::PieceCounts::default().count(&text)) + 4;
+        assert!(
+            BlockSizes::of(&st).total() == measured || BlockSizes::of(&st).total() == measured + 1,
+            "{} against {measured}",
+            BlockSizes::of(&st).total()
         );
     }
 
@@ -222,8 +276,9 @@ mod tests {
         // the view under it; the block then holds the facts of 2, 3 and 4, one episode's too
         // many for its room, and the least active of those still sealed, 3, is forgotten.
         let (_dir, mut st) = sealed_four(2.5, true);
-        let line = BlockSizes::of(&st).total / 8;
-        assert!(fade(&mut st, 1_000, 1_050, 4 * line, 60.0, None));
+        let sizes = BlockSizes::of(&st);
+        let (line, rest) = (sizes.lines / 8, sizes.total() - sizes.lines);
+        assert!(fade(&mut st, 1_000, 1_050, rest + 4 * line, 60.0, None));
         assert_eq!(states(&st), vec![Forgotten, Forgotten, Sealed, Forgotten, Sealed]);
     }
 }

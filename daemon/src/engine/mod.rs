@@ -120,10 +120,10 @@ pub struct EngineConfig {
     /// LoCoMo dev replay at 4k: a third 0.790, a half 0.846, two thirds 0.831; at 8k a half
     /// cost 0.02 against a third (README, Benchmarks), before `recall_hold_tokens`.
     pub recall_share: f64,
-    /// The most the facts block keeps after a fade, as a share of the landing (the view's
-    /// target): past it the least active sealed episodes are forgotten, their facts left to
-    /// recall, which brings back those a message asks about; a decorate that finds the block
-    /// over its room between fades forgets the same way. On the whole LoCoMo dev replay, kept
+    /// The most the facts block holds, as a share of the landing (the view's target): past it
+    /// a fade forgets the least active sealed episodes, their facts left to recall, which brings
+    /// back those a message asks about; a decorate that finds the block over its room between
+    /// fades (episodes sealed since) forgets the same way. On the whole LoCoMo dev replay, kept
     /// at fades only, 4k: unbounded 0.879, 0.5 0.882, 0.25 0.888, 0.125 0.887 (8k at 0.25:
     /// 0.935, the same); kept between fades too, at 0.25: 4k 0.885, 8k 0.940 (README,
     /// Benchmarks: "The facts block's room").
