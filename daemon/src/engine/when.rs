@@ -170,7 +170,7 @@ fn from_a_date(words: &[Word], i: usize, today: i64) -> Option<(usize, (i64, i64
     let (first, last) = named?;
     let sign = if later { 1 } else { -1 };
     let a = if later { last } else { first };
-    // Days since Monday of a day, and the day `wd` (0: Monday) nearest before or after `a`.
+    // The weekday `wd` (0: Monday) nearest `a`: before it, or after it.
     let nearest = |wd: i64| {
         if later {
             a + 1 + (wd - weekday(a + 1)).rem_euclid(7)
