@@ -484,9 +484,7 @@ fn a_live_episode_the_block_holds_back_comes_back_as_an_excerpt() {
 /// The facts block keeps to its room (`facts_share` of the landing): a fade forgets the least
 /// active sealed episodes past it, and what their facts said comes back by recall when asked.
 /// The same conversation on a daemon whose block has all the room it wants is the yardstick.
-/// (A fade enforces the room, so the block may hold more between fades; the question comes after
-/// a sleep, which fades. At this ceiling a quarter of the landing, the default, holds the
-/// block whole: a tenth here.)
+/// (At this ceiling a quarter of the landing, the default, holds the block whole: a tenth here.)
 #[test]
 fn facts_the_block_had_no_room_for_leave_it_and_come_back_when_asked() {
     let bounded = Daemon::start_with_config(&format!("{DEADLINE}facts_share = 0.1\n"));
@@ -508,7 +506,7 @@ fn facts_the_block_had_no_room_for_leave_it_and_come_back_when_asked() {
             .collect::<Vec<_>>()
     };
     let (kept, all) = (lines(&kept), lines(&all));
-    // Whole episodes leave (here the one that held them all).
+    // Whole episodes leave, least active first.
     assert!(kept.len() < all.len(), "kept {kept:#?}\nall {all:#?}");
     assert!(kept.iter().all(|l| all.contains(l)), "kept {kept:#?}\nall {all:#?}");
     // A fact only the unbounded block shows: the bounded daemon recalls it (or its turn).
