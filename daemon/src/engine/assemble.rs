@@ -181,10 +181,6 @@ impl Engine {
         let mut view: Vec<&StoredMessage> = st.history().filter(|m| in_view(st, m)).collect();
         let facts = self.facts_text(st, format);
         let ask = self.ask_text(st);
-        // Over the ceiling even so (a huge turn): hold back whole episodes, least active first,
-        // never the turn in progress. They keep their state and come back when there is room.
-        // Live ones go first: a leaving episode is held back only as a last resort, since the
-        // note ask asks the model for its facts and the model can only write what it sees.
         let mut hidden = Vec::new();
         let ceiling = measure.budget.ceiling;
         let mut total = measure.budget.fixed + measure.view;
@@ -199,13 +195,50 @@ impl Engine {
             view.retain(|m| m.seq < e.first_seq || m.seq > e.last_seq);
             size
         };
+        // The recall block's room first: what it holds back is held back for it (`info` says
+        // so), and the ceiling's pass below finds only what is still over.
         let mut act = None;
+        // The live episodes the recall block of the turn in progress shows excerpts of leave
+        // the view while it is shown (it says what they said; distilled, it keeps facts only);
+        // a new block over the budget makes more room with the least active live episodes, in
+        // this request only (never a leaving one: the note ask needs the model to see it).
+        let mut hidden_for_recall = Vec::new();
+        let excerpted = st
+            .recalls
+            .values()
+            .filter(|b| !b.distilled && block_shown(st, b))
+            .flat_map(|b| b.items.iter().filter(|i| i.kind == "passage"))
+            .filter_map(|i| st.episode_of(i.seqs[0]));
+        for e in excerpted {
+            if e.state == EpisodeState::Live && !hidden_for_recall.contains(&e.n) {
+                total = total.saturating_sub(hold_back(&mut view, e));
+                hidden_for_recall.push(e.n);
+            }
+        }
+        if let Some(limit) = recall_limit {
+            let act = act.get_or_insert_with(activations);
+            for e in live_by_activation(st, act) {
+                if total <= limit {
+                    break;
+                }
+                if hidden_for_recall.contains(&e.n) {
+                    continue;
+                }
+                total = total.saturating_sub(hold_back(&mut view, e));
+                hidden_for_recall.push(e.n);
+            }
+        }
+        // Over the ceiling even so (a huge turn): hold back whole episodes, least active first,
+        // never the turn in progress. They keep their state and come back when there is room.
+        // Live ones go first: a leaving episode is held back only as a last resort, since the
+        // note ask asks the model for its facts and the model can only write what it sees.
         if total > ceiling {
             let act = act.get_or_insert_with(activations);
             let mut candidates: Vec<&Episode> = st
                 .episodes
                 .iter()
                 .filter(|e| matches!(e.state, EpisodeState::Live | EpisodeState::Leaving))
+                .filter(|e| !hidden_for_recall.contains(&e.n))
                 .collect();
             candidates.sort_by(|a, b| {
                 let leaving = |e: &Episode| e.state == EpisodeState::Leaving;
@@ -219,36 +252,6 @@ impl Engine {
                 }
                 total = total.saturating_sub(hold_back(&mut view, e));
                 hidden.push(e.n);
-            }
-        }
-        // The live episodes the recall block of the turn in progress shows excerpts of leave
-        // the view while it is shown (it says what they said; distilled, it keeps facts only);
-        // a new block over the budget makes more room with the least active live episodes, in
-        // this request only (never a leaving one: the note ask needs the model to see it).
-        let mut hidden_for_recall = Vec::new();
-        let excerpted = st
-            .recalls
-            .values()
-            .filter(|b| !b.distilled && block_shown(st, b))
-            .flat_map(|b| b.items.iter().filter(|i| i.kind == "passage"))
-            .filter_map(|i| st.episode_of(i.seqs[0]));
-        for e in excerpted {
-            if e.state == EpisodeState::Live && !hidden.contains(&e.n) && !hidden_for_recall.contains(&e.n) {
-                total = total.saturating_sub(hold_back(&mut view, e));
-                hidden_for_recall.push(e.n);
-            }
-        }
-        if let Some(limit) = recall_limit {
-            let act = act.get_or_insert_with(activations);
-            for e in live_by_activation(st, act) {
-                if total <= limit {
-                    break;
-                }
-                if hidden.contains(&e.n) || hidden_for_recall.contains(&e.n) {
-                    continue;
-                }
-                total = total.saturating_sub(hold_back(&mut view, e));
-                hidden_for_recall.push(e.n);
             }
         }
         // Borrowed where a message is already in the request's format (the usual case): the
