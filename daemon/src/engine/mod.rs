@@ -96,13 +96,13 @@ pub struct EngineConfig {
     /// Benchmarks).
     pub recall_tokens: u64,
     /// The room a relevant recall block may make by holding back live history, in tokens: its
-    /// room is at least `recall_share` of the history budget, up to this much (at a large
-    /// ceiling the block is bounded by what its searches find long before). With 1,500 and a
-    /// share of a half, at 4k and 8k the view kept more than half the budget; since the facts
+    /// room is at least `recall_share` of the history budget, up to this much. With 1,500 and
+    /// a share of a half, at 4k and 8k the view kept more than half the budget; since the facts
     /// block keeps to its room (`facts_share`), the block's items are worth more there than the
     /// view's least active turns: 5,000 and 0.7 took the LoCoMo dev replay from 0.885 to 0.903
-    /// at 4k and from 0.940 to 0.955 at 8k, 16k the same (README, Benchmarks: "A relevant
-    /// block's room").
+    /// at 4k and from 0.940 to 0.955 at 8k. At 16k the view leaves the block more than 5,000
+    /// (the same table); a higher cap holds back live history there too, and costs (8,000:
+    /// 0.988 → 0.985; README, Benchmarks: "A relevant block's room").
     pub recall_hold_tokens: u64,
     /// How long decorate waits for the embedder to embed a new user message for recall; past
     /// it, recall searches by words only.
