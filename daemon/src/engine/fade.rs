@@ -101,6 +101,15 @@ struct BlockSizes {
     facts: Vec<(u64, usize, bool)>,
     /// Per sealed episode: the facts (indexes into `facts`) it keeps shown.
     kept_by: HashMap<u64, Vec<usize>>,
+    /// The header's line and the milestones' heading, counted once (the fade asks for the total
+    /// after every episode it forgets).
+    header: u64,
+    milestones_heading: u64,
+}
+
+/// A line's tokens in a block, as the measure counts it (with its newline).
+fn line_cost(line: &str) -> u64 {
+    u64::from(tokens::line_tokens(&format!("{line}\n")))
 }
 
 impl BlockSizes {
@@ -111,6 +120,8 @@ impl BlockSizes {
             milestones: 0,
             facts: Vec::new(),
             kept_by: HashMap::new(),
+            header: line_cost(blocks::FACTS_HEADER),
+            milestones_heading: line_cost(blocks::MILESTONES_HEADING),
         };
         for f in super::recall::facts_in_block(st)
             .into_iter()
@@ -126,8 +137,7 @@ impl BlockSizes {
                 .collect();
             sealed.sort_unstable();
             sealed.dedup();
-            let line = blocks::fact_line(f, assemble::entity_names(st, f));
-            let size = u64::from(tokens::line_tokens(&format!("{line}\n")));
+            let size = line_cost(&blocks::fact_line(f, assemble::entity_names(st, f)));
             for &e in &sealed {
                 sizes.kept_by.entry(e).or_default().push(sizes.facts.len());
             }
@@ -144,14 +154,13 @@ impl BlockSizes {
         if self.shown == 0 {
             return 0;
         }
-        let heading = |text: &str| u64::from(tokens::line_tokens(&format!("{text}\n")));
         let milestones = if self.milestones > 0 {
-            heading(blocks::MILESTONES_HEADING)
+            self.milestones_heading
         } else {
             0
         };
         // The 4 a message costs, as the measure counts it.
-        heading(blocks::FACTS_HEADER) + self.lines + milestones + 4
+        self.header + self.lines + milestones + 4
     }
 
     fn forget(&mut self, episode: u64) {
@@ -236,10 +245,7 @@ mod tests {
         let whole = sizes.total();
         let line = |st: &State, n: u64| {
             let f = st.fact(n).unwrap();
-            u64::from(tokens::line_tokens(&format!(
-                "{}\n",
-                blocks::fact_line(f, assemble::entity_names(st, f))
-            )))
+            line_cost(&blocks::fact_line(f, assemble::entity_names(st, f)))
         };
         sizes.forget(0);
         assert_eq!(sizes.total(), whole - line(&st, 1));
