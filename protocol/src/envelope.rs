@@ -4,6 +4,8 @@
 //! fields and strict about the three it needs, and it tells the caller which id to answer
 //! even when the rest is wrong.
 
+use std::io::Write;
+
 use bytes::{BufMut, BytesMut};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -25,6 +27,12 @@ pub struct Reply {
     pub ok: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub err: Option<ErrorBody>,
+    /// More fields of `ok` (a map), each already encoded as one MessagePack value and written
+    /// after its other fields (decorate's `request`, encoded by the daemon from the messages
+    /// it holds instead of from a copy of them). Never decoded into: a decoded reply has every
+    /// field in `ok`.
+    #[serde(skip)]
+    pub encoded: Vec<(String, Vec<u8>)>,
 }
 
 impl Reply {
@@ -33,6 +41,15 @@ impl Reply {
             id,
             ok: Some(value),
             err: None,
+            encoded: Vec::new(),
+        }
+    }
+
+    /// An `ok` reply of the map `fields` and the fields `encoded` ahead (see [`Reply::encoded`]).
+    pub fn ok_with(id: u64, fields: Map<String, Value>, encoded: Vec<(String, Vec<u8>)>) -> Self {
+        Reply {
+            encoded,
+            ..Reply::ok(id, Value::Object(fields))
         }
     }
 
@@ -41,6 +58,7 @@ impl Reply {
             id,
             ok: None,
             err: Some(err),
+            encoded: Vec::new(),
         }
     }
 }
@@ -102,12 +120,42 @@ pub fn encode_request(req: &Request) -> Vec<u8> {
 
 /// Encodes a reply body (named maps).
 pub fn encode_reply(reply: &Reply) -> Vec<u8> {
-    rmp_serde::to_vec_named(reply).expect("a reply always encodes")
+    let mut dst = BytesMut::new();
+    encode_reply_into(reply, &mut dst);
+    dst.to_vec()
 }
 
 /// Encodes a reply body onto the end of `dst` (see `frame::encode_frame_with`).
 pub fn encode_reply_into(reply: &Reply, dst: &mut BytesMut) {
-    rmp_serde::encode::write_named(&mut dst.writer(), reply).expect("a reply always encodes");
+    let w = &mut dst.writer();
+    let fields = match &reply.ok {
+        Some(Value::Object(fields)) if !reply.encoded.is_empty() => fields,
+        _ => return rmp_serde::encode::write_named(w, reply).expect("a reply always encodes"),
+    };
+    // `{id, ok}` as the derived encoding writes it, `ok`'s map ending with the fields encoded ahead.
+    let written: Result<(), rmp::encode::ValueWriteError> = (|| {
+        rmp::encode::write_map_len(w, 2)?;
+        rmp::encode::write_str(w, "id")?;
+        rmp::encode::write_uint(w, reply.id)?;
+        rmp::encode::write_str(w, "ok")?;
+        rmp::encode::write_map_len(w, (fields.len() + reply.encoded.len()) as u32)?;
+        for (k, v) in fields {
+            rmp::encode::write_str(w, k)?;
+            rmp_serde::encode::write_named(w, v).expect("a JSON value always encodes");
+        }
+        for (k, bytes) in &reply.encoded {
+            rmp::encode::write_str(w, k)?;
+            w.write_all(bytes)
+                .map_err(rmp::encode::ValueWriteError::InvalidDataWrite)?;
+        }
+        Ok(())
+    })();
+    written.expect("a reply always encodes");
+}
+
+/// Encodes one value (named maps), to be a field of a reply encoded ahead ([`Reply::encoded`]).
+pub fn encode_value<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
+    rmp_serde::to_vec_named(value).expect("a serialisable value always encodes")
 }
 
 /// Encodes a request body onto the end of `dst`.
@@ -127,6 +175,24 @@ mod tests {
 
     fn pack(v: &Value) -> Vec<u8> {
         rmp_serde::to_vec_named(v).unwrap()
+    }
+
+    #[test]
+    fn fields_encoded_ahead_decode_as_fields_of_ok() {
+        let request = json!({"model": "m", "messages": [{"role": "user", "content": "hi ✓"}]});
+        let mut fields = Map::new();
+        fields.insert("info".into(), json!({"lane": {"queued": 2}, "ms": 0.5}));
+        let reply = Reply::ok_with(3, fields, vec![("request".into(), encode_value(&request))]);
+        let back = decode_reply(&encode_reply(&reply)).unwrap();
+        assert_eq!(back.id, 3);
+        assert_eq!(
+            back.ok,
+            Some(json!({"info": {"lane": {"queued": 2}, "ms": 0.5}, "request": request}))
+        );
+        assert!(back.err.is_none() && back.encoded.is_empty());
+        // Without fields encoded ahead, the bytes are the derived encoding's.
+        let plain = Reply::ok(4, json!({"x": [1, 2]}));
+        assert_eq!(encode_reply(&plain), rmp_serde::to_vec_named(&plain).unwrap());
     }
 
     #[test]

@@ -10,7 +10,7 @@ pub mod frame;
 pub mod ops;
 
 pub use envelope::{
-    decode_request, encode_reply, encode_reply_into, encode_request, encode_request_into, Reply, Request,
+    decode_request, encode_reply, encode_reply_into, encode_request, encode_request_into, encode_value, Reply, Request,
 };
 pub use error::{ErrorBody, ErrorCode};
 pub use frame::{encode_frame, encode_frame_with, Frame, FrameDecoder, FrameError, DEFAULT_MAX_FRAME_BYTES};

@@ -167,15 +167,15 @@ impl Engine {
     /// The request's own values move into the one rendered: its instructions and other fields
     /// (`parsed.instructions` and `parsed.rest` are left empty) and, in `sent`, the history
     /// messages it resent as stored.
-    pub(super) fn assemble(
+    pub(super) fn assemble<'s>(
         &self,
-        st: &State,
+        st: &'s State,
         parsed: &mut formats::ParsedRequest,
         ratio: Option<f64>,
         measure: &Measure,
         recall_limit: Option<u64>,
         mut sent: HashMap<u64, Message>,
-    ) -> Assembled {
+    ) -> (formats::Rendered<'s>, Assembled) {
         let format = parsed.format;
         let role = parsed.instructions_role;
         let mut view: Vec<&StoredMessage> = st.history().filter(|m| in_view(st, m)).collect();
@@ -254,8 +254,8 @@ impl Engine {
                 hidden.push(e.n);
             }
         }
-        // Borrowed where a message is already in the request's format (the usual case): the
-        // render copies each one once, into the request.
+        // Borrowed where a stored message is already in the request's format (the usual case):
+        // the reply is encoded from it as it is.
         let mut messages: Vec<Cow<'_, Message>> = Vec::new();
         if let Some(text) = &facts {
             messages.push(Cow::Owned(Message::new(format, role, text.clone())));
@@ -263,7 +263,7 @@ impl Engine {
         if parsed.provider_history.is_some() {
             // The provider holds the history (previous_response_id / conversation): we cannot
             // trim it, so the request's own items go as sent, with our blocks around them.
-            messages.extend(parsed.history.iter().map(Cow::Borrowed));
+            messages.extend(std::mem::take(&mut parsed.history).into_iter().map(Cow::Owned));
         } else {
             for m in &view {
                 // A recall block stays just before the user message it was made for.
@@ -278,7 +278,7 @@ impl Engine {
                 if m.message.format == format {
                     // The request's own copy, when it sent this message exactly as stored (key
                     // order too: the rendered bytes stay what they were), is moved into the
-                    // reply; the stored one is copied otherwise.
+                    // reply; the stored one is rendered otherwise.
                     match sent
                         .remove(&m.seq)
                         .filter(|s| formats::identical(&s.raw, &m.message.raw))
@@ -306,14 +306,14 @@ impl Engine {
             std::mem::take(&mut parsed.rest),
             &extra_tools,
         );
-        Assembled {
-            request,
+        let assembled = Assembled {
             tokens: total,
             note_ask: ask.is_some(),
             hidden,
             hidden_for_recall,
             in_view: view.iter().map(|m| m.seq).collect(),
-        }
+        };
+        (request, assembled)
     }
 }
 
@@ -344,7 +344,6 @@ pub(super) struct Measure {
 }
 
 pub(super) struct Assembled {
-    pub(super) request: Value,
     pub(super) tokens: u64,
     pub(super) note_ask: bool,
     pub(super) hidden: Vec<u64>,

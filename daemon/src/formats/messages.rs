@@ -8,7 +8,7 @@
 //! our own blocks are System messages too, and all of them render into `system`.
 
 use serde_json::{json, Map, Value};
-use std::borrow::Borrow;
+use std::borrow::Cow;
 
 use super::{
     at_or, join_text, parts_of, path, text_of, wrong, Format, FormatError, Kind, Message, Part, Role, ToolCall,
@@ -215,14 +215,15 @@ pub(crate) fn convert(m: &Message, images: Vec<(String, Option<Value>)>) -> Vec<
     }
 }
 
-/// Renders instructions and messages into `out`: every System/Developer message (the request's
-/// `system`, our blocks) goes into `system`, in order, the rest into `messages`. A `system` that
-/// came as a string stays a string when everything in it is text (joined by a blank line);
-/// otherwise it is a list of text blocks, the original blocks kept as they were.
-pub(crate) fn render<M: Borrow<Message>>(instructions: &[Message], messages: &[M], out: &mut Map<String, Value>) {
+/// Renders instructions and messages (in order): every System/Developer message (the request's
+/// `system`, our blocks) goes into the `system` field, returned first (none when empty), the
+/// rest into `messages`, returned second (an Anthropic message as its `raw`, moved or referred
+/// to). A `system` that came as a string stays a string when everything in it is text (joined
+/// by a blank line); otherwise it is a list of text blocks, the original blocks kept as they were.
+pub(crate) fn render<'a>(all: impl Iterator<Item = Cow<'a, Message>>) -> (Option<Value>, Vec<Cow<'a, Value>>) {
     let mut system: Vec<Value> = Vec::new();
     let mut list = Vec::new();
-    for m in instructions.iter().chain(messages.iter().map(Borrow::borrow)) {
+    for m in all {
         let is_system = matches!(m.role, Role::System | Role::Developer);
         if is_system {
             match (&m.raw, m.format) {
@@ -233,14 +234,18 @@ pub(crate) fn render<M: Borrow<Message>>(instructions: &[Message], messages: &[M
             continue;
         }
         if m.format == Format::AnthropicMessages {
-            list.push(m.raw.clone());
+            list.push(super::request::raw_of(m));
         } else if m.kind == Kind::Message {
-            list.extend(super::request::convert(m, Format::AnthropicMessages));
+            list.extend(
+                super::request::convert(&m, Format::AnthropicMessages)
+                    .into_iter()
+                    .map(Cow::Owned),
+            );
         }
     }
     let system: Vec<Value> = system.into_iter().filter(|s| s.as_str() != Some("")).collect();
-    if !system.is_empty() {
-        let value = if system.iter().all(Value::is_string) {
+    let system = (!system.is_empty()).then(|| {
+        if system.iter().all(Value::is_string) {
             Value::String(system.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("\n\n"))
         } else {
             Value::Array(
@@ -252,10 +257,9 @@ pub(crate) fn render<M: Borrow<Message>>(instructions: &[Message], messages: &[M
                     })
                     .collect(),
             )
-        };
-        out.insert("system".into(), value);
-    }
-    out.insert("messages".into(), Value::Array(list));
+        }
+    });
+    (system, list)
 }
 
 /// Whether a request with `messages` is in the Messages shape rather than Chat Completions:

@@ -190,7 +190,6 @@ fn without(obj: &Map<String, Value>, keys: &[&str]) -> Map<String, Value> {
 ///
 /// Key order: the message fields first (`messages`; or `instructions`, `input`), then `rest`.
 /// Unchanged input renders equal to itself (serde_json maps compare regardless of key order).
-/// The messages may be borrowed: assembly renders the stored ones without copying them first.
 pub fn render_request<M: Borrow<Message>>(
     format: Format,
     instructions: &[Message],
@@ -199,27 +198,36 @@ pub fn render_request<M: Borrow<Message>>(
     extra_tools: &[Value],
 ) -> Value {
     let messages = messages.iter().map(|m| Cow::Borrowed(m.borrow())).collect();
-    render_request_moving(format, instructions.to_vec(), messages, rest.clone(), extra_tools)
+    render_request_moving(format, instructions.to_vec(), messages, rest.clone(), extra_tools).into_value()
 }
 
-/// [`render_request`] for messages that may be owned: an owned message already in `format`
-/// gives up its `raw` instead of a copy of it, and the instructions and `rest` move in
-/// (assembly moves in what the request itself sent: a system prompt and tool definitions can
-/// be most of it).
-pub fn render_request_moving(
+/// [`render_request`] for messages that may be owned or borrowed, rendered as a [`Rendered`]:
+/// an owned message already in `format` gives up its `raw`, a borrowed one is referred to, not
+/// copied (assembly renders the stored messages in view, and the reply is encoded from them
+/// while the memory's state is held), and the instructions and `rest` move in (assembly moves
+/// in what the request itself sent: a system prompt and tool definitions can be most of it).
+pub fn render_request_moving<'a>(
     format: Format,
     instructions: Vec<Message>,
-    messages: Vec<Cow<'_, Message>>,
+    messages: Vec<Cow<'a, Message>>,
     rest: Map<String, Value>,
     extra_tools: &[Value],
-) -> Value {
+) -> Rendered<'a> {
     let mut out = Map::new();
+    let mut list = None;
     match format {
         Format::ChatCompletions => {
             let all = instructions.into_iter().map(Cow::Owned).chain(messages);
-            out.insert("messages".into(), Value::Array(render_chat(all)));
+            list = Some(("messages", render_chat(all)));
         }
-        Format::AnthropicMessages => messages::render(&instructions, &messages, &mut out),
+        Format::AnthropicMessages => {
+            let all = instructions.into_iter().map(Cow::Owned).chain(messages);
+            let (system, messages) = messages::render(all);
+            if let Some(system) = system {
+                out.insert("system".into(), system);
+            }
+            list = Some(("messages", messages));
+        }
         Format::Responses => {
             let mut fields = Vec::new();
             let mut input: Vec<Cow<'_, Message>> = Vec::new();
@@ -239,19 +247,23 @@ pub fn render_request_moving(
                 }
             }
             if !input.is_empty() && !out.contains_key("input") {
-                let items: Vec<Value> = input
+                let items: Vec<Cow<'a, Value>> = input
                     .into_iter()
                     .flat_map(|m| match (&m.raw, m.format) {
                         (Value::String(s), Format::Responses) => {
-                            vec![json!({"role": m.role.as_str(), "content": s})]
+                            vec![Cow::Owned(json!({"role": m.role.as_str(), "content": s}))]
                         }
                         (_, Format::Responses) => vec![raw_of(m)],
-                        _ => convert(&m, Format::Responses),
+                        _ => convert(&m, Format::Responses).into_iter().map(Cow::Owned).collect(),
                     })
                     .collect();
-                out.insert("input".into(), Value::Array(items));
+                list = Some(("input", items));
             }
         }
+    }
+    if let Some((key, _)) = &list {
+        // Its place in the key order; the list itself is written there when encoded.
+        out.insert((*key).into(), Value::Null);
     }
     for (k, v) in rest {
         if !out.contains_key(&k) {
@@ -272,14 +284,52 @@ pub fn render_request_moving(
             }
         }
     }
-    Value::Object(out)
+    Rendered { fields: out, list }
 }
 
-/// A message's `raw`: moved out of an owned message, copied from a borrowed one.
-fn raw_of(m: Cow<'_, Message>) -> Value {
+/// A provider request as [`render_request_moving`] builds it: a JSON object whose message list
+/// may borrow stored messages. It serialises as that object (decorate's reply is encoded from
+/// it without copying the history in view first) or becomes one (`into_value`).
+#[derive(Debug)]
+pub struct Rendered<'a> {
+    /// The request's fields in order; the one the list is named by holds a null in its place.
+    fields: Map<String, Value>,
+    /// The messages (`messages`) or items (`input`).
+    list: Option<(&'static str, Vec<Cow<'a, Value>>)>,
+}
+
+impl Rendered<'_> {
+    /// The request as a JSON value (the messages in view copied).
+    pub fn into_value(self) -> Value {
+        let Rendered { mut fields, list } = self;
+        if let Some((key, items)) = list {
+            if let Some(slot) = fields.get_mut(key) {
+                *slot = Value::Array(items.into_iter().map(Cow::into_owned).collect());
+            }
+        }
+        Value::Object(fields)
+    }
+}
+
+impl serde::Serialize for Rendered<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.fields.len()))?;
+        for (k, v) in &self.fields {
+            match &self.list {
+                Some((key, items)) if key == k => map.serialize_entry(k, items)?,
+                _ => map.serialize_entry(k, v)?,
+            }
+        }
+        map.end()
+    }
+}
+
+/// A message's `raw`: moved out of an owned message, referred to in a borrowed one.
+pub(super) fn raw_of(m: Cow<'_, Message>) -> Cow<'_, Value> {
     match m {
-        Cow::Owned(m) => m.raw,
-        Cow::Borrowed(m) => m.raw.clone(),
+        Cow::Owned(m) => Cow::Owned(m.raw),
+        Cow::Borrowed(m) => Cow::Borrowed(&m.raw),
     }
 }
 
@@ -289,8 +339,8 @@ fn tool_name(t: &Value) -> Option<&str> {
         .and_then(Value::as_str)
 }
 
-fn render_chat<'a>(all: impl Iterator<Item = Cow<'a, Message>>) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::with_capacity(all.size_hint().0);
+fn render_chat<'a>(all: impl Iterator<Item = Cow<'a, Message>>) -> Vec<Cow<'a, Value>> {
+    let mut out: Vec<Cow<'a, Value>> = Vec::with_capacity(all.size_hint().0);
     // Index in `out` of the last converted assistant message, which later converted calls join.
     let mut open_assistant: Option<usize> = None;
     for m in all {
@@ -305,7 +355,9 @@ fn render_chat<'a>(all: impl Iterator<Item = Cow<'a, Message>>) -> Vec<Value> {
             match (open_assistant, calls_only) {
                 (Some(i), true) => {
                     let new_calls = raw.get("tool_calls").cloned().unwrap_or(Value::Null);
-                    if let (Some(Value::Object(prev)), Value::Array(calls)) = (out.get_mut(i), new_calls) {
+                    if let (Some(Value::Object(prev)), Value::Array(calls)) =
+                        (out.get_mut(i).map(Cow::to_mut), new_calls)
+                    {
                         match prev.get_mut("tool_calls") {
                             Some(Value::Array(list)) => list.extend(calls),
                             _ => {
@@ -315,7 +367,7 @@ fn render_chat<'a>(all: impl Iterator<Item = Cow<'a, Message>>) -> Vec<Value> {
                     }
                 }
                 _ => {
-                    out.push(raw);
+                    out.push(Cow::Owned(raw));
                     open_assistant = if is_assistant { Some(out.len() - 1) } else { None };
                 }
             }

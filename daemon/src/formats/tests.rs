@@ -8,7 +8,24 @@ fn round_trip(v: Value) -> ParsedRequest {
     let p = parse_request(v.clone()).unwrap();
     let back = render_request(p.format, &p.instructions, &p.history, &p.rest, &[]);
     assert_eq!(back, v);
+    assert_encodes_as_its_value(&p, p.format);
     p
+}
+
+/// A request rendered from borrowed messages encodes to the bytes of the JSON value it stands
+/// for (decorate's reply is encoded from it), in every format.
+fn assert_encodes_as_its_value(p: &ParsedRequest, to: Format) {
+    let render = || {
+        let messages = p.history.iter().map(std::borrow::Cow::Borrowed).collect();
+        let tool = json!({"type": "function", "function": {"name": "note"}});
+        render_request_moving(to, p.instructions.clone(), messages, p.rest.clone(), &[tool])
+    };
+    let encoded = rmp_serde::to_vec_named(&render()).unwrap();
+    assert_eq!(
+        encoded,
+        rmp_serde::to_vec_named(&render().into_value()).unwrap(),
+        "{to:?}"
+    );
 }
 
 fn err(v: Value) -> String {
@@ -484,6 +501,9 @@ fn cross_format_conversion() {
         {"role": "tool", "tool_call_id": "b", "content": "B"}
     ]}))
     .unwrap();
+    for to in [Format::ChatCompletions, Format::Responses, Format::AnthropicMessages] {
+        assert_encodes_as_its_value(&chat, to);
+    }
     let r = render_request(Format::Responses, &[], &chat.history, &Default::default(), &[]);
     assert_eq!(
         r["input"],

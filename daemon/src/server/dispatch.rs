@@ -9,7 +9,7 @@ use recalld_protocol::ops::{
     ImportArgs, InspectArgs, Limits, MemoriesUsedArgs, MetricsArgs, QuietArgs, ReportArgs, ScopeArgs, OPS,
 };
 use recalld_protocol::{
-    validate_memory_id, ErrorBody, ErrorCode, Reply, Request, MAX_MEMORY_ID_BYTES, MIN_PROTOCOL_VERSION,
+    encode_value, validate_memory_id, ErrorBody, ErrorCode, Reply, Request, MAX_MEMORY_ID_BYTES, MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
 };
 use serde::de::DeserializeOwned;
@@ -36,7 +36,8 @@ pub async fn handle(state: &Arc<AppState>, peer: &Peer, request: Request, bytes:
         let id = request.id;
         let op = request.op.clone();
         let started = std::time::Instant::now();
-        let result = in_namespace(state, peer, request).await;
+        let mut encoded = Vec::new();
+        let result = in_namespace(state, peer, request, &mut encoded).await;
         let elapsed = started.elapsed();
         let micros = elapsed.as_micros() as u64;
         state
@@ -45,7 +46,10 @@ pub async fn handle(state: &Arc<AppState>, peer: &Peer, request: Request, bytes:
         match result {
             Ok(value) => {
                 tracing::debug!(micros, "ok");
-                Reply::ok(id, value)
+                match value {
+                    Value::Object(fields) if !encoded.is_empty() => Reply::ok_with(id, fields, encoded),
+                    value => Reply::ok(id, value),
+                }
             }
             Err(err) => {
                 Counters::bump(&state.counters.errors_total);
@@ -63,7 +67,13 @@ pub async fn handle(state: &Arc<AppState>, peer: &Peer, request: Request, bytes:
 
 /// Runs the request inside the peer's namespace: the memory id and agent it names are
 /// checked, then qualified for the engine; replies and errors name them as the caller did.
-async fn in_namespace(state: &Arc<AppState>, peer: &Peer, mut request: Request) -> Result<Value, ErrorBody> {
+/// Fields of the reply encoded ahead (decorate's `request`) go to `encoded`.
+async fn in_namespace(
+    state: &Arc<AppState>,
+    peer: &Peer,
+    mut request: Request,
+    encoded: &mut Vec<(String, Vec<u8>)>,
+) -> Result<Value, ErrorBody> {
     let mut names = Vec::new();
     for field in ["memory", "agent"] {
         if let Some(Value::String(m)) = request.args.get(field) {
@@ -79,9 +89,9 @@ async fn in_namespace(state: &Arc<AppState>, peer: &Peer, mut request: Request) 
         }
     }
     if names.is_empty() {
-        return run(state, peer, request).await;
+        return run(state, peer, request, encoded).await;
     }
-    match run(state, peer, request).await {
+    match run(state, peer, request, encoded).await {
         Ok(mut value) => {
             // The engine names memories and agents in replies (export's record, audit
             // entries, a scope fact's origin): give them back as the caller said them.
@@ -135,7 +145,14 @@ fn unqualify(value: &mut Value, peer: &Peer) {
     walk(value, &prefix, None);
 }
 
-async fn run(state: &Arc<AppState>, peer: &Peer, request: Request) -> Result<Value, ErrorBody> {
+/// One op's reply: a JSON value, and fields encoded ahead in `encoded` (decorate's request is
+/// encoded by the engine from the messages it holds, which a JSON value would have copied).
+async fn run(
+    state: &Arc<AppState>,
+    peer: &Peer,
+    request: Request,
+    encoded: &mut Vec<(String, Vec<u8>)>,
+) -> Result<Value, ErrorBody> {
     match request.op.as_str() {
         "hello" => hello(state, args(request.args)?),
         "ping" => {
@@ -153,8 +170,9 @@ async fn run(state: &Arc<AppState>, peer: &Peer, request: Request) -> Result<Val
         "decorate" => {
             let a = args_with_payload(request.args, "request", |a: &mut DecorateArgs, v| a.request = v)?;
             let engine = state.engine.clone();
-            let reply = blocking(move || engine.decorate(a)).await?;
-            Ok(object([("request", reply.request), ("info", reply.info)]))
+            let (request, info) = blocking(move || engine.decorate_as(a, |r| encode_value(&r))).await?;
+            encoded.push(("request".into(), request));
+            Ok(object([("info", info)]))
         }
         "report" => {
             let a = args_with_payload(request.args, "response", |a: &mut ReportArgs, v| a.response = v)?;
