@@ -128,13 +128,15 @@ pub fn request_of(system: &str, items: &[Item], chosen: &[usize], question: &str
     json!({ "messages": messages })
 }
 
-/// The chosen turns of `system` for question `q` with `budget` tokens for the whole request.
-pub fn choose(system_name: &str, r: &Rankings, q: usize, budget: u64, fixed: u64) -> Vec<usize> {
+/// The chosen turns of `system` for question `q` with `budget` tokens for the whole request,
+/// among the conversation's first `said` turns (those said when it was asked).
+pub fn choose(system_name: &str, r: &Rankings, q: usize, budget: u64, fixed: u64, said: usize) -> Vec<usize> {
     let room = budget.saturating_sub(fixed);
-    let newest_first = (0..r.items.len()).rev();
+    let newest_first = (0..said.min(r.items.len())).rev();
+    let ranked = |order: &[usize]| pack(order.iter().copied().filter(|&i| i < said), &r.items, room);
     match system_name {
-        "dense turns" => pack(r.dense[q].iter().copied(), &r.items, room),
-        "bm25 turns" => pack(r.bm25[q].iter().copied(), &r.items, room),
+        "dense turns" => ranked(&r.dense[q]),
+        "bm25 turns" => ranked(&r.bm25[q]),
         // Newest first until one does not fit: a window, not a packing.
         "recency" | "full context" => {
             let mut left = room;
@@ -162,6 +164,20 @@ mod tests {
             text: String::new(),
             tokens,
         }
+    }
+
+    #[test]
+    fn a_baseline_chooses_only_among_the_turns_said_when_asked() {
+        let r = Rankings {
+            items: [5, 5, 5, 5].into_iter().map(item).collect(),
+            bm25: vec![vec![3, 0, 1, 2]],
+            dense: vec![vec![2, 3, 1, 0]],
+        };
+        assert_eq!(choose("dense turns", &r, 0, 12, 0, 4), vec![2, 3]);
+        assert_eq!(choose("dense turns", &r, 0, 12, 0, 2), vec![0, 1]);
+        assert_eq!(choose("bm25 turns", &r, 0, 7, 2, 3), vec![0]);
+        assert_eq!(choose("recency", &r, 0, 12, 0, 3), vec![1, 2]);
+        assert_eq!(choose("full context", &r, 0, 100, 0, 2), vec![0, 1]);
     }
 
     #[test]

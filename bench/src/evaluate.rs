@@ -34,7 +34,12 @@ pub fn evaluate(
             .iter()
             .filter_map(|d| {
                 let i = conv.turns().position(|t| &t.dia == d)?;
-                let rank = rankings.dense.get(a.question)?.iter().position(|&j| j == i)?;
+                let rank = rankings
+                    .dense
+                    .get(a.question)?
+                    .iter()
+                    .filter(|&&j| j < a.said)
+                    .position(|&j| j == i)?;
                 Some((d.clone(), json!(rank)))
             })
             .collect();
@@ -44,7 +49,7 @@ pub fn evaluate(
                 (a.request.clone(), a.tokens)
             } else {
                 let budget = if s == "full context" { ceiling } else { a.tokens };
-                let chosen = choose(s, rankings, a.question, budget, fixed);
+                let chosen = choose(s, rankings, a.question, budget, fixed, a.said);
                 let r = request_of(&system, &rankings.items, &chosen, &q.text);
                 let t = request_tokens(&r);
                 (r, t)

@@ -16,7 +16,7 @@ use recalld_bench::daemon::{bench_dir, model_dir, Daemon};
 use recalld_bench::evaluate::evaluate;
 use recalld_bench::load::{self, LoadOptions};
 use recalld_bench::locomo::{self, Conversation};
-use recalld_bench::replay::{self, Asked, Options, Stats};
+use recalld_bench::replay::{self, Ask, Asked, Options, Stats};
 use recalld_bench::table::Table;
 use serde_json::json;
 
@@ -116,9 +116,15 @@ struct ReplayArgs {
     /// before any call that follows a gap at least this long.
     #[arg(long, default_value_t = 10.0)]
     quiet_gap: f64,
-    /// Hours between the last turn and the questions.
+    /// Hours between the last turn and the questions (asked at the end).
     #[arg(long, default_value_t = 1.0)]
     question_delay_hours: f64,
+    /// When each question is asked: `end`, after the last session (questions about the past);
+    /// `after-evidence`, right after the session holding its last evidence turn, as the next
+    /// message of the conversation in progress (the baselines then choose among the turns said
+    /// so far).
+    #[arg(long, value_enum, default_value_t = AskArg::End)]
+    ask: AskArg,
     /// Where to write `replay.json` and `replay.md`.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
@@ -126,6 +132,12 @@ struct ReplayArgs {
     /// `--engine 'recall_share = 0.4'`. Recorded in `replay.json` under `options.engine`.
     #[arg(long)]
     engine: Vec<String>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum AskArg {
+    End,
+    AfterEvidence,
 }
 
 fn default_data() -> PathBuf {
@@ -247,6 +259,10 @@ fn run(args: ReplayArgs) -> Result<(), String> {
     for &ceiling in &args.ceiling {
         let o = Options {
             ceiling,
+            ask: match args.ask {
+                AskArg::End => Ask::AtEnd,
+                AskArg::AfterEvidence => Ask::AfterEvidence,
+            },
             turn_gap_s: args.turn_gap,
             quiet_gap_s: args.quiet_gap,
             question_delay_s: args.question_delay_hours * 3600.0,
@@ -279,9 +295,19 @@ fn run(args: ReplayArgs) -> Result<(), String> {
          before every call): a replay gives the same table every time.",
         args.quiet_gap, args.turn_gap
     );
+    let asked = match args.ask {
+        AskArg::End => format!(
+            "Each question was asked after the last session ({} h after its last turn).",
+            args.question_delay_hours
+        ),
+        AskArg::AfterEvidence => "Each question was asked right after the session holding its last evidence turn \
+             (`--ask after-evidence`), as the conversation's next message; the baselines chose among \
+             the turns said by then."
+            .to_string(),
+    };
     let header = format!(
         "Evidence availability on {} ({} conversations, categories 1–4 with evidence), recalld {} \
-         with a simulated model (notes = the file's observations). {quiet_note}\n\n",
+         with a simulated model (notes = the file's observations). {asked} {quiet_note}\n\n",
         args.data.file_name().and_then(|f| f.to_str()).unwrap_or("?"),
         convs.len(),
         hello["server_version"].as_str().unwrap_or("?"),
@@ -294,6 +320,7 @@ fn run(args: ReplayArgs) -> Result<(), String> {
         "options": {
             "ceilings": args.ceiling, "turn_gap_s": args.turn_gap, "quiet_gap_s": args.quiet_gap,
             "question_delay_hours": args.question_delay_hours, "jobs": args.jobs,
+            "ask": match args.ask { AskArg::End => "end", AskArg::AfterEvidence => "after-evidence" },
             "engine": args.engine,
         },
         "quiet": quiet_note,

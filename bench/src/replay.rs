@@ -17,8 +17,10 @@
 //! waits until the memory's background lane has nothing queued, as the real gap would have
 //! allowed. So a replay gives the same requests every time.
 //!
-//! After the last session each question is asked as a new user message with `dry_run: true`
-//! (nothing stored), `question_delay` after the last turn.
+//! Each question is asked as a new user message with `dry_run: true` (nothing stored): by
+//! default after the last session, `question_delay` after its last turn (questions about the
+//! past); with [`Ask::AfterEvidence`], right after the session that holds its last evidence turn,
+//! where the next turn would come (questions about the conversation in progress).
 
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
@@ -30,9 +32,20 @@ use crate::locomo::{Conversation, Observation};
 
 pub const MODEL: &str = "replay-simulated";
 
+/// When the questions are asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Ask {
+    /// After the last session.
+    #[default]
+    AtEnd,
+    /// Each right after the session holding its last evidence turn.
+    AfterEvidence,
+}
+
 #[derive(Debug, Clone)]
 pub struct Options {
     pub ceiling: u64,
+    pub ask: Ask,
     pub turn_gap_s: f64,
     pub quiet_gap_s: f64,
     pub quiet_timeout_ms: u64,
@@ -43,6 +56,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             ceiling: 8_000,
+            ask: Ask::AtEnd,
             turn_gap_s: 30.0,
             quiet_gap_s: 10.0,
             quiet_timeout_ms: 120_000,
@@ -55,6 +69,9 @@ impl Default for Options {
 #[derive(Debug, Clone)]
 pub struct Asked {
     pub question: usize,
+    /// The conversation's turns said when it was asked (its first `said`): what a baseline
+    /// may choose from.
+    pub said: usize,
     pub request: Value,
     pub tokens: u64,
     /// recalld's own account of the recall (`info.recall`), for looking into a miss.
@@ -160,6 +177,23 @@ impl<'a> Run<'a> {
         Some(notes)
     }
 
+    /// Asks questions `which` as dry runs at `now`, `said` turns into the conversation.
+    fn ask(&mut self, which: impl Iterator<Item = usize>, said: usize, now: f64) -> Result<Vec<Asked>, ClientError> {
+        let mut asked = Vec::new();
+        for qi in which {
+            let text = &self.conv.questions[qi].text;
+            let d = self.decorate(vec![json!({"role": "user", "content": text})], now, true)?;
+            asked.push(Asked {
+                question: qi,
+                said,
+                tokens: d["info"]["request_tokens"].as_u64().unwrap_or(0),
+                request: d["request"].clone(),
+                recall: d["info"]["recall"].clone(),
+            });
+        }
+        Ok(asked)
+    }
+
     fn report(&mut self, text: Option<&str>, notes: Option<Vec<Value>>, now: f64) -> Result<(), ClientError> {
         self.settle(now)?;
         self.calls += 1;
@@ -215,8 +249,6 @@ fn object_of(o: &Observation) -> String {
     String::new()
 }
 
-/// Replays `conv` into `memory`, then asks its questions (dry runs). `progress` gets a line
-/// per session.
 /// The turn ranges (first, last) of the episodes a decorate's `info` says are leaving: what a
 /// note ask asks the model to note.
 pub fn leaving_turns(info: &Value) -> Vec<(u64, u64)> {
@@ -232,6 +264,31 @@ pub fn leaving_turns(info: &Value) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// The session (its position in `conv.sessions`) holding each question's last evidence turn;
+/// None for a question not asked (no evidence, or a category other than 1–4).
+pub fn last_evidence_session(conv: &Conversation) -> Vec<Option<usize>> {
+    let session_of: HashMap<&str, usize> = conv
+        .sessions
+        .iter()
+        .enumerate()
+        .flat_map(|(si, s)| s.turns.iter().map(move |t| (t.dia.as_str(), si)))
+        .collect();
+    conv.questions
+        .iter()
+        .map(|q| {
+            if q.evidence.is_empty() || !(1..=4).contains(&q.category) {
+                return None;
+            }
+            q.evidence
+                .iter()
+                .filter_map(|d| session_of.get(d.as_str()).copied())
+                .max()
+        })
+        .collect()
+}
+
+/// Replays `conv` into `memory` and asks its questions (dry runs) when `o.ask` says. `progress`
+/// gets a line per session.
 pub fn replay(
     client: &mut Client,
     conv: &Conversation,
@@ -254,6 +311,9 @@ pub fn replay(
     };
     let mut turn = 0u64;
     let mut last_at = 0.0;
+    let mut said = 0;
+    let asked_after = last_evidence_session(conv);
+    let mut asked = Vec::new();
     for (si, s) in conv.sessions.iter().enumerate() {
         let mut pending: Vec<Value> = Vec::new();
         let mut pending_at = s.at;
@@ -279,6 +339,12 @@ pub fn replay(
                 run.report(None, Some(notes), pending_at + o.turn_gap_s)?;
             }
         }
+        said += s.turns.len();
+        if o.ask == Ask::AfterEvidence {
+            // Where the session's next turn would come; the gap lets the lane finish first.
+            let here = (0..conv.questions.len()).filter(|&qi| asked_after[qi] == Some(si));
+            asked.extend(run.ask(here, said, last_at + o.turn_gap_s)?);
+        }
         progress(format!(
             "{memory}: session {}/{} ({} turns) {:.1}s",
             si + 1,
@@ -287,21 +353,11 @@ pub fn replay(
             started.elapsed().as_secs_f64()
         ));
     }
-    let ask_at = last_at + o.question_delay_s;
-    // The questions come after a long gap: let the lane finish first.
-    run.last_op_at = None;
-    let mut asked = Vec::new();
-    for (qi, q) in conv.questions.iter().enumerate() {
-        if q.evidence.is_empty() || !(1..=4).contains(&q.category) {
-            continue;
-        }
-        let d = run.decorate(vec![json!({"role": "user", "content": q.text})], ask_at, true)?;
-        asked.push(Asked {
-            question: qi,
-            tokens: d["info"]["request_tokens"].as_u64().unwrap_or(0),
-            request: d["request"].clone(),
-            recall: d["info"]["recall"].clone(),
-        });
+    if o.ask == Ask::AtEnd {
+        // The questions come after a long gap: let the lane finish first.
+        run.last_op_at = None;
+        let all = (0..conv.questions.len()).filter(|&qi| asked_after[qi].is_some());
+        asked.extend(run.ask(all, said, last_at + o.question_delay_s)?);
     }
     run.stats.seconds = started.elapsed().as_secs_f64();
     Ok((asked, run.stats))

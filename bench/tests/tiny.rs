@@ -11,7 +11,7 @@ use recalld::client::Client;
 use recalld_bench::baselines::{self, Rankings};
 use recalld_bench::evaluate::evaluate;
 use recalld_bench::locomo::{self, Conversation};
-use recalld_bench::replay::{self, system_prompt, Asked, Options};
+use recalld_bench::replay::{self, system_prompt, Ask, Asked, Options};
 use recalld_bench::score::{message_tokens, request_tokens, RequestText, Scorer};
 use recalld_bench::table::Table;
 use serde_json::{json, Value};
@@ -148,6 +148,7 @@ fn baselines_get_recallds_token_count_and_are_scored_alike() {
     assert_eq!(tokens, fixed + message_tokens(&last));
     let asked = vec![Asked {
         question: 0,
+        said: c.turns().count(),
         request,
         tokens,
         recall: Value::Null,
@@ -220,6 +221,28 @@ fn a_replay_through_the_daemon_holds_everything_at_200k_and_repeats_exactly() {
         tables.push(table.markdown(o.ceiling));
     }
     assert_eq!(tables[0], tables[1], "a replay gives the same table twice");
+
+    // Asked right after the session holding their last evidence turn: each question once, with
+    // the turns said by then, and nothing kept.
+    let o = Options {
+        ask: Ask::AfterEvidence,
+        ..o
+    };
+    let mut client = Client::connect(&socket).unwrap();
+    let (asked, _) = replay::replay(&mut client, &c, "tiny-after", &o, &mut |_| {}).unwrap();
+    let sessions = replay::last_evidence_session(&c);
+    assert_eq!(asked.len(), 3);
+    for a in &asked {
+        let last = sessions[a.question].unwrap();
+        let said: usize = c.sessions[..=last].iter().map(|s| s.turns.len()).sum();
+        assert_eq!(a.said, said, "question {}", a.question);
+    }
+    assert!(
+        asked.iter().any(|a| a.said < c.turns().count()),
+        "one asked before the end"
+    );
+    let export = client.call("export", json!({"memory": "tiny-after"})).unwrap();
+    assert_eq!(export["messages"].as_array().unwrap().len(), 7);
 }
 
 /// Stops the daemon this test started, whatever happens.
