@@ -486,9 +486,9 @@ impl Engine {
 
     /// [`Engine::decorate`], the assembled request handed to `finish` while the memory's state
     /// is held: the server encodes the reply's request there, from the stored messages in view
-    /// as they are, instead of copying them into a JSON value first (on agent traffic over 100
-    /// memories those copies were about a sixth of the request path's CPU). Returns what
-    /// `finish` made and `info`.
+    /// as they are, instead of copying them into a JSON value first (in-process, over a view of
+    /// 72 KB, a decorate's median 404 → 380 µs; README, Benchmarks). Returns what `finish`
+    /// made and `info`.
     pub fn decorate_as<T>(
         &self,
         mut args: DecorateArgs,
