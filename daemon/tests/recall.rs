@@ -485,6 +485,40 @@ fn a_live_episode_the_block_holds_back_comes_back_as_an_excerpt() {
     }
 }
 
+/// Episodes leaving the view stay in it until the model notes them, and a relevant block never
+/// holds them back: its share is of the budget they leave, so the live history, the
+/// conversation in progress, keeps the rest (a share of the whole budget took its room from the
+/// live episodes alone, down to the last of them).
+#[test]
+fn a_relevant_blocks_room_is_a_share_of_what_the_leaving_episodes_leave() {
+    let d = Daemon::start_with_config(DEADLINE);
+    let mut c = converse(&d, "leaving");
+    // At a lower ceiling than the conversation had, the question's decorate fades: the episodes
+    // leaving wait in the view for the note it asks.
+    let asked = c.decorate_at(Some(&question()), true, 2_000);
+    let info = &asked["info"];
+    let episodes = info["episodes"].as_array().unwrap();
+    let of_state = |state: &'static str| episodes.iter().filter(move |e| e["state"] == state);
+    let leaving: u64 = of_state("leaving").map(|e| e["tokens"].as_u64().unwrap()).sum();
+    assert!(leaving > 0, "episodes wait for their note: {info}");
+    assert_eq!(info["recall"]["relevant"], true, "{}", info["recall"]);
+    let budget = info["budget"].as_u64().unwrap();
+    let reserved = info["recall"]["room"]["reserved"].as_u64().unwrap();
+    let free = budget.saturating_sub(info["view_tokens"].as_u64().unwrap());
+    let share = recalld::engine::EngineConfig::default().recall_share;
+    // The leaving episodes' messages in view count at most their episodes' tokens.
+    assert!(
+        reserved <= free.max(((budget - leaving.min(budget)) as f64 * share) as u64 + leaving / 4),
+        "reserved {reserved} of budget {budget} beside {leaving} leaving tokens: {info}"
+    );
+    // The newest live episode stays in view.
+    let newest = of_state("live")
+        .map(|e| e["n"].clone())
+        .next_back()
+        .expect("a live episode");
+    assert!(!held_back(info, newest.as_u64().unwrap()), "{info}");
+}
+
 /// The facts block keeps to its room (`facts_share` of the landing): a fade forgets the least
 /// active sealed episodes past it, and what their facts said comes back by recall when asked.
 /// The same conversation on a daemon whose block has all the room it wants is the yardstick.

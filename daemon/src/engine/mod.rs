@@ -118,7 +118,8 @@ pub struct EngineConfig {
     pub recall_relevant_cosine: f32,
     /// The share of the history budget a new message's recall block may take by holding back
     /// live history (at most `recall_hold_tokens`), when what it found is relevant: the view
-    /// keeps the rest, the conversation in progress. Measured with `recall_hold_tokens` (above);
+    /// keeps the rest, the conversation in progress. A share of the budget the episodes leaving
+    /// the view leave (they stay in it for the note ask, and the block never holds them back). Measured with `recall_hold_tokens` (above);
     /// on questions about the conversation in progress (the replay's `--ask after-evidence`),
     /// 0.5 / 0.7 / 0.85 gave 4k 0.970 / 0.967 / 0.961 and 8k 0.987 / 0.990 / 0.988, against
     /// 0.885 / 0.903 / 0.909 and 0.940 / 0.955 / 0.961 about the past; earlier, with a large
@@ -715,8 +716,16 @@ impl Engine {
             }
             let across_tokens = across.as_ref().map_or(0, |a| a.tokens);
             measure.view += tokens::corrected(across_tokens, ratio);
+            // The share is of the budget the leaving episodes leave: they stay in view for the
+            // note ask (the block never holds them back), so a share of the whole budget would
+            // take its room from the live history alone, the conversation in progress.
+            let leaving: u64 = st
+                .episodes_in(EpisodeState::Leaving)
+                .map(|e| assemble::view_tokens(&st, e, ratio))
+                .sum();
             let share = self.config.recall_share.clamp(0.0, 1.0);
-            let reserve = ((measure.budget.history as f64 * share) as u64).min(self.config.recall_hold_tokens);
+            let reserve = ((measure.budget.history.saturating_sub(leaving) as f64 * share) as u64)
+                .min(self.config.recall_hold_tokens);
             // What the view leaves free: a relevant block may take all of it (it costs the view
             // nothing); a block for a message nothing relevant answers, at most recall_tokens.
             let unused = measure.budget.history.saturating_sub(measure.view);
