@@ -123,8 +123,8 @@ struct ReplayArgs {
     /// `after-evidence`, right after the session holding its last evidence turn, as the next
     /// message of the conversation in progress (the baselines then choose among the turns said
     /// so far).
-    #[arg(long, value_enum, default_value_t = AskArg::End)]
-    ask: AskArg,
+    #[arg(long, value_enum, default_value_t = Ask::End)]
+    ask: Ask,
     /// Where to write `replay.json` and `replay.md`.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
@@ -132,12 +132,6 @@ struct ReplayArgs {
     /// `--engine 'recall_share = 0.4'`. Recorded in `replay.json` under `options.engine`.
     #[arg(long)]
     engine: Vec<String>,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum AskArg {
-    End,
-    AfterEvidence,
 }
 
 fn default_data() -> PathBuf {
@@ -259,10 +253,7 @@ fn run(args: ReplayArgs) -> Result<(), String> {
     for &ceiling in &args.ceiling {
         let o = Options {
             ceiling,
-            ask: match args.ask {
-                AskArg::End => Ask::AtEnd,
-                AskArg::AfterEvidence => Ask::AfterEvidence,
-            },
+            ask: args.ask,
             turn_gap_s: args.turn_gap,
             quiet_gap_s: args.quiet_gap,
             question_delay_s: args.question_delay_hours * 3600.0,
@@ -296,11 +287,11 @@ fn run(args: ReplayArgs) -> Result<(), String> {
         args.quiet_gap, args.turn_gap
     );
     let asked = match args.ask {
-        AskArg::End => format!(
+        Ask::End => format!(
             "Each question was asked after the last session ({} h after its last turn).",
             args.question_delay_hours
         ),
-        AskArg::AfterEvidence => "Each question was asked right after the session holding its last evidence turn \
+        Ask::AfterEvidence => "Each question was asked right after the session holding its last evidence turn \
              (`--ask after-evidence`), as the conversation's next message; the baselines chose among \
              the turns said by then."
             .to_string(),
@@ -320,7 +311,7 @@ fn run(args: ReplayArgs) -> Result<(), String> {
         "options": {
             "ceilings": args.ceiling, "turn_gap_s": args.turn_gap, "quiet_gap_s": args.quiet_gap,
             "question_delay_hours": args.question_delay_hours, "jobs": args.jobs,
-            "ask": match args.ask { AskArg::End => "end", AskArg::AfterEvidence => "after-evidence" },
+            "ask": clap::ValueEnum::to_possible_value(&args.ask).map(|v| v.get_name().to_owned()),
             "engine": args.engine,
         },
         "quiet": quiet_note,

@@ -32,13 +32,14 @@ use crate::locomo::{Conversation, Observation};
 
 pub const MODEL: &str = "replay-simulated";
 
-/// When the questions are asked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// When the questions are asked (`recalld-bench replay --ask`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Ask {
-    /// After the last session.
+    /// After the last session: questions about the past.
     #[default]
-    AtEnd,
-    /// Each right after the session holding its last evidence turn.
+    End,
+    /// Each right after the session holding its last evidence turn, as the conversation's next
+    /// message: questions about the conversation in progress.
     AfterEvidence,
 }
 
@@ -56,7 +57,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             ceiling: 8_000,
-            ask: Ask::AtEnd,
+            ask: Ask::End,
             turn_gap_s: 30.0,
             quiet_gap_s: 10.0,
             quiet_timeout_ms: 120_000,
@@ -353,7 +354,7 @@ pub fn replay(
             started.elapsed().as_secs_f64()
         ));
     }
-    if o.ask == Ask::AtEnd {
+    if o.ask == Ask::End {
         // The questions come after a long gap: let the lane finish first.
         run.last_op_at = None;
         let all = (0..conv.questions.len()).filter(|&qi| asked_after[qi].is_some());
