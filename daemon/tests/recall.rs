@@ -506,7 +506,8 @@ fn a_relevant_blocks_room_is_a_share_of_what_the_leaving_episodes_leave() {
     let reserved = info["recall"]["room"]["reserved"].as_u64().unwrap();
     let free = budget.saturating_sub(info["view_tokens"].as_u64().unwrap());
     let share = recalld::engine::EngineConfig::default().recall_share;
-    // The leaving episodes' messages in view count at most their episodes' tokens.
+    // The engine measures the leaving episodes by their messages in view (no notes), which is
+    // less than the episodes' tokens `info` lists: a quarter of those is the allowance.
     assert!(
         reserved <= free.max(((budget - leaving.min(budget)) as f64 * share) as u64 + leaving / 4),
         "reserved {reserved} of budget {budget} beside {leaving} leaving tokens: {info}"

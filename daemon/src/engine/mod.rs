@@ -716,13 +716,18 @@ impl Engine {
             }
             let across_tokens = across.as_ref().map_or(0, |a| a.tokens);
             measure.view += tokens::corrected(across_tokens, ratio);
+            // What live and leaving episodes hold in view, each measured once.
+            let (mut live, mut leaving) = (0u64, 0u64);
+            for e in &st.episodes {
+                match e.state {
+                    EpisodeState::Live => live += assemble::view_tokens(&st, e, ratio),
+                    EpisodeState::Leaving => leaving += assemble::view_tokens(&st, e, ratio),
+                    _ => {}
+                }
+            }
             // The share is of the budget the leaving episodes leave: they stay in view for the
             // note ask (the block never holds them back), so a share of the whole budget would
             // take its room from the live history alone, the conversation in progress.
-            let leaving: u64 = st
-                .episodes_in(EpisodeState::Leaving)
-                .map(|e| assemble::view_tokens(&st, e, ratio))
-                .sum();
             let share = self.config.recall_share.clamp(0.0, 1.0);
             let reserve = ((measure.budget.history.saturating_sub(leaving) as f64 * share) as u64)
                 .min(self.config.recall_hold_tokens);
@@ -733,13 +738,7 @@ impl Engine {
             // Holding back frees at most what live and leaving episodes hold in view: the rest
             // (the turn in progress, history not cut into episodes yet) stays, and the block
             // must fit beside it.
-            let holdable: u64 = st
-                .episodes
-                .iter()
-                .filter(|e| matches!(e.state, EpisodeState::Live | EpisodeState::Leaving))
-                .map(|e| assemble::view_tokens(&st, e, ratio))
-                .sum();
-            let unholdable = measure.view.saturating_sub(holdable);
+            let unholdable = measure.view.saturating_sub(live + leaving);
             let reserved = unused
                 .max(reserve)
                 .min(measure.budget.history.saturating_sub(unholdable));
