@@ -32,6 +32,8 @@ const TOKENIZER: &str = "recalld_words";
 const WRITER_BYTES: usize = 15_000_000;
 /// Longest token kept (bytes); longer runs are base64, hashes or noise.
 const MAX_TOKEN_BYTES: usize = 64;
+/// The file tantivy writes when it creates an index (and rewrites at each commit).
+const META_FILE: &str = "meta.json";
 /// Distinct query terms used at most (a pasted log should not become a 10,000-clause query).
 const MAX_QUERY_TERMS: usize = 256;
 
@@ -274,6 +276,12 @@ impl Words {
     /// The `k` best documents of `memory` for `query` by BM25, best first. Any text is a valid
     /// query; text without a single token finds nothing.
     pub fn search(&self, memory: &str, query: &str, k: usize) -> Result<Vec<(u64, f32)>, IndexError> {
+        // A memory nothing was written for yet has no index and nothing to find. A search,
+        // which recall makes on the request path, creates none: creating one writes and syncs
+        // files (the first recall of a memory whose passages the lane had not indexed yet did).
+        if self.open.peek(memory).is_none() && !self.dir(memory).join(META_FILE).is_file() {
+            return Ok(Vec::new());
+        }
         self.with(memory, |h| h.search(query, k))
     }
 
@@ -513,6 +521,17 @@ mod tests {
         assert_eq!(ids(&w.search("ab", "blue whale", 10).unwrap()), vec![3]);
         assert!(w.search("c", "blue whale", 10).unwrap().is_empty());
         assert_eq!(w.ids("a").unwrap(), vec![1]);
+    }
+
+    #[test]
+    fn a_search_of_a_memory_without_an_index_finds_nothing_and_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = words_in(dir.path());
+        assert!(w.search("new", "blue whale", 10).unwrap().is_empty());
+        assert!(!memory_dir(dir.path(), "new").exists());
+        // Staged but not committed yet: the open handle is searched (read-your-writes).
+        w.add("new", 4, "blue whale").unwrap();
+        assert_eq!(ids(&w.search("new", "whale", 10).unwrap()), vec![4]);
     }
 
     #[test]
