@@ -193,7 +193,7 @@ impl Where {
 /// whose one lock every forward pass shares: the lanes' passes (nice 10) and recall's query
 /// then wait on each other, and a worker the lanes started keeps a core busy beside the
 /// request path. Off, report's p99 on the agent traces went from 5.1–5.7 to 2.8–3.5 ms
-/// (README, Benchmarks). Matrix products keep their own parallelism. Set before any thread
+/// (docs/benchmarks.md). Matrix products keep their own parallelism. Set before any thread
 /// starts, so nothing reads the environment meanwhile.
 fn no_spinning_elementwise_pool() {
     if std::env::var_os("CANDLE_NUM_THREADS").is_none() {

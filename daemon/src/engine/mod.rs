@@ -92,8 +92,8 @@ pub struct EngineConfig {
     /// The most a recall block for a message nothing relevant answers takes of what the view
     /// leaves free, in tokens (a relevant one may take all of it). On the LoCoMo dev replay
     /// (first two conversations): at 8k, 4,000 gave 0.913 and 2,500 0.923; letting a relevant
-    /// block fill the free room took 8k to 0.929 and 16k from 0.979 to 0.988 (README,
-    /// Benchmarks).
+    /// block fill the free room took 8k to 0.929 and 16k from 0.979 to 0.988
+    /// (docs/benchmarks.md).
     pub recall_tokens: u64,
     /// The room a relevant recall block may make by holding back live history, in tokens: its
     /// room is at least `recall_share` of the history budget, up to this much. With 1,500 and
@@ -102,7 +102,7 @@ pub struct EngineConfig {
     /// view's least active turns: 5,000 and 0.7 took the LoCoMo dev replay from 0.885 to 0.903
     /// at 4k and from 0.940 to 0.955 at 8k. At 16k the view leaves the block more than 5,000
     /// (the same table); a higher cap holds back live history there too, and costs (8,000:
-    /// 0.988 → 0.985; README, Benchmarks: "A relevant block's room").
+    /// 0.988 → 0.985; docs/benchmarks.md: "A relevant block's room").
     pub recall_hold_tokens: u64,
     /// How long decorate waits for the embedder to embed a new user message for recall; past
     /// it, recall searches by words only.
@@ -123,15 +123,15 @@ pub struct EngineConfig {
     /// on questions about the conversation in progress (the replay's `--ask after-evidence`),
     /// 0.5 / 0.7 / 0.85 gave 4k 0.970 / 0.967 / 0.961 and 8k 0.987 / 0.990 / 0.988, against
     /// 0.885 / 0.903 / 0.909 and 0.940 / 0.955 / 0.961 about the past; earlier, with a large
-    /// facts block, at 4k: a third 0.790, a half 0.846, two thirds 0.831 (README, Benchmarks).
+    /// facts block, at 4k: a third 0.790, a half 0.846, two thirds 0.831 (docs/benchmarks.md).
     pub recall_share: f64,
     /// The most the facts block holds, as a share of the landing (the view's target): past it
     /// a fade forgets the least active sealed episodes, their facts left to recall, which brings
     /// back those a message asks about; a decorate that finds the block over its room between
     /// fades (episodes sealed since) forgets the same way. On the whole LoCoMo dev replay, kept
     /// at fades only, 4k: unbounded 0.879, 0.5 0.882, 0.25 0.888, 0.125 0.887 (8k at 0.25:
-    /// 0.935, the same); kept between fades too, at 0.25: 4k 0.885, 8k 0.940 (README,
-    /// Benchmarks: "The facts block's room").
+    /// 0.935, the same); kept between fades too, at 0.25: 4k 0.885, 8k 0.940
+    /// (docs/benchmarks.md: "The facts block's room").
     pub facts_share: f64,
     /// A passage (what recall searches and shows as an excerpt) gathers whole units up to
     /// about this many tokens; a larger unit is a passage of its own.
@@ -488,7 +488,7 @@ impl Engine {
     /// [`Engine::decorate`], the assembled request handed to `finish` while the memory's state
     /// is held: the server encodes the reply's request there, from the stored messages in view
     /// as they are, instead of copying them into a JSON value first (in-process, over a view of
-    /// 72 KB, a decorate's median 404 → 380 µs; README, Benchmarks). Returns what `finish`
+    /// 72 KB, a decorate's median 404 → 380 µs; docs/benchmarks.md). Returns what `finish`
     /// made and `info`.
     pub fn decorate_as<T>(
         &self,
@@ -655,7 +655,7 @@ impl Engine {
         let over = measure.view > measure.budget.history;
         let mut faded = false;
         let mut cut_report = None;
-        // The facts block's room is a share of the landing (README, Benchmarks: "The facts
+        // The facts block's room is a share of the landing (docs/benchmarks.md: "The facts
         // block's room").
         let facts_room = (measure.budget.landing as f64 * self.config.facts_share.max(0.0)) as u64;
         if (sleep || over) && !st.any_leaving() {

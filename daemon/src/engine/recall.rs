@@ -72,7 +72,7 @@ const PART_MAX_WORDS: usize = 60;
 /// Embedding is the one model pass on the request path. With the message and the first 400
 /// words of its parts (18–19 texts), the agent traces' long messages took 214 ms to a second
 /// to embed, past recall's 300 ms deadline (3k messages, a build with timers); with this,
-/// embeddings late fell from 4 to 2 per run (2 runs each; README, Benchmarks).
+/// embeddings late fell from 4 to 2 per run (2 runs each; docs/benchmarks.md).
 const EMBED_PART_WORDS: usize = 180;
 /// Parts searched by words at most, the message's last ones (a search is about a millisecond).
 const WORD_SEARCH_PARTS: usize = 16;
@@ -99,7 +99,7 @@ fn weight(search: &str, doc: Doc) -> f64 {
 /// turns, speakers and subjects, and its words are the better clue. On the LoCoMo dev file with
 /// the model's notes withheld (no facts: a model that notes little), at 4k: 0.751 at full
 /// weight, 0.790 at half (41 questions up, 7 down, no conversation down), level with BM25 over
-/// single turns (0.793); with the notes, 0.857 either way (README, Benchmarks).
+/// single turns (0.793); with the notes, 0.857 either way (docs/benchmarks.md).
 const PASSAGE_MEANING: f64 = 0.5;
 
 fn search_weight(search: &str) -> f64 {
@@ -699,8 +699,8 @@ impl Engine {
         // What only the recent conversation's words found is filler: it steers a follow-up
         // that names nothing, but for a message with a subject of its own it is the turns
         // before it, about something else. It does not count as filling the room, and it
-        // goes after what the deeper search adds (LoCoMo dev at 8k: 0.921 → 0.928; README,
-        // Benchmarks).
+        // goes after what the deeper search adds (LoCoMo dev at 8k: 0.921 → 0.928;
+        // docs/benchmarks.md).
         let filler = |c: &Candidate| c.searches.iter().all(|s| s == "words:recent");
         let pool: u64 = candidates.iter().filter(|c| !filler(c)).map(|c| costs[&c.doc]).sum();
         if pool < budget && started.elapsed() > search_budget {

@@ -3,7 +3,7 @@
 //!
 //! LMDB has one writer at a time, and a commit holds it through its flush (`fdatasync`), so
 //! under load every writer queued behind every flush (on the 100-memory run a build without
-//! the flush made 30-40% more pairs a second; README, Benchmarks). Here the first writer to find
+//! the flush made 30-40% more pairs a second; docs/benchmarks.md). Here the first writer to find
 //! no group running leads: it takes every write queued so far, its own among them, runs each
 //! in a nested transaction of one transaction and commits that once. A write that fails or
 //! panics undoes its own nested transaction only and gets its own error; the others commit.

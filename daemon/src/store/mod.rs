@@ -263,7 +263,7 @@ pub enum Durability {
     /// crash may undo the last commit, never more and never corrupting (LMDB's
     /// `MDB_NOMETASYNC`). One flush per commit instead of two: on agent traffic report's
     /// median went from 0.78 to 0.68 ms on an idle disk and from 1.3 to 0.8 with a build
-    /// writing beside it (README, Benchmarks).
+    /// writing beside it (docs/benchmarks.md).
     #[default]
     Data,
     /// Both flushed at every commit: a power loss loses nothing acknowledged.
