@@ -165,8 +165,9 @@ impl Engine {
 
     /// instructions; facts block; history in view; note ask (+ note tool) while episodes leave.
     /// The request's own values move into the one rendered: its instructions and other fields
-    /// (`parsed.instructions` and `parsed.rest` are left empty) and, in `sent`, the history
-    /// messages it resent as stored.
+    /// (`parsed.instructions` and `parsed.rest` are left empty), a provider-held history's items
+    /// (`parsed.history`, left empty then) and, in `sent`, the history messages it resent as
+    /// stored.
     pub(super) fn assemble<'s>(
         &self,
         st: &'s State,
