@@ -587,21 +587,22 @@ impl Vectors {
 
     /// Forgets the memory's vector index, in memory and on disk.
     pub fn drop_memory(&self, memory: &str) -> Result<(), IndexError> {
-        self.open.remove(memory);
-        // Its files go: nothing to go back to a view of.
-        self.loaded
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|m| m != memory);
-        let files = self.files(&self.dir(memory));
-        for f in [files.index, files.keys] {
-            match std::fs::remove_file(&f) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(IndexError::io(&f, e)),
+        self.open.remove(memory, |_| {
+            // Its files go: nothing to go back to a view of.
+            self.loaded
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|m| m != memory);
+            let files = self.files(&self.dir(memory));
+            for f in [files.index, files.keys] {
+                match std::fs::remove_file(&f) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(IndexError::io(&f, e)),
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 }
 

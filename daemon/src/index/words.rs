@@ -309,17 +309,18 @@ impl Words {
 
     /// Closes and deletes the memory's word index (it can be rebuilt from the store).
     pub fn drop_memory(&self, memory: &str) -> Result<(), IndexError> {
-        if let Some(h) = self.open.remove(memory) {
-            // Nothing staged is worth keeping in an index about to be deleted.
-            h.lock().unwrap_or_else(|e| e.into_inner()).staged = false;
-            drop(h);
-        }
-        let dir = self.dir(memory);
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(IndexError::io(&dir, e)),
-        }
+        self.open.remove(memory, |h| {
+            if let Some(h) = h {
+                // Nothing staged is worth keeping in an index about to be deleted.
+                h.lock().unwrap_or_else(|e| e.into_inner()).staged = false;
+            }
+            let dir = self.dir(memory);
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(IndexError::io(&dir, e)),
+            }
+        })
     }
 
     /// Commits every open memory's staged writes (at shutdown).
