@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::traces::{self, Trace};
@@ -24,6 +25,23 @@ const REMEMBERED_TURNS: usize = 4_000;
 /// Facts per note call: "a few", as a model writes; each costs the lane a judgment per
 /// remembered episode, so this sets much of the lane's load.
 const FACTS_PER_NOTE: usize = 3;
+
+/// A `decorate`'s arguments, borrowing the agent's session.
+#[derive(Serialize)]
+pub struct DecorateArgs<'s> {
+    memory: &'s str,
+    request: ChatRequest<'s>,
+    now: f64,
+    ceiling: u64,
+}
+
+#[derive(Serialize)]
+struct ChatRequest<'s> {
+    model: &'static str,
+    messages: &'s [Value],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<&'s [Value]>,
+}
 
 pub struct Agent<'a> {
     pub memory: String,
@@ -99,6 +117,12 @@ impl<'a> Agent<'a> {
 
     /// The next `decorate`'s arguments: the session so far, up to the model's next move.
     pub fn decorate_args(&mut self) -> Value {
+        serde_json::to_value(self.decorate_call()).expect("JSON values always convert")
+    }
+
+    /// The same, borrowing the session: the traffic encodes it without a JSON copy (the
+    /// benchmark's own CPU shares the machine with the daemon it measures).
+    pub fn decorate_call(&mut self) -> DecorateArgs<'_> {
         let i = match self.next_answer() {
             Some(i) => i,
             None => {
@@ -125,16 +149,21 @@ impl<'a> Agent<'a> {
         self.next = i;
         self.answer = Some(i);
         self.now += self.turn_gap_s;
-        let mut request = json!({"model": MODEL, "messages": &self.session[..i]});
-        if !self.tools.is_empty() {
-            request["tools"] = json!(self.tools);
+        DecorateArgs {
+            memory: &self.memory,
+            request: ChatRequest {
+                model: MODEL,
+                messages: &self.session[..i],
+                tools: (!self.tools.is_empty()).then_some(&self.tools[..]),
+            },
+            now: self.now,
+            ceiling: self.ceiling,
         }
-        json!({"memory": self.memory, "request": request, "now": self.now, "ceiling": self.ceiling})
     }
 
-    /// The next `report`'s arguments, given what `decorate` returned: the trace's assistant
-    /// message, with a note call beside it when the request asked for notes.
-    pub fn report_args(&mut self, decorated: &Value) -> Value {
+    /// The next `report`'s arguments, given the `info` `decorate` returned: the trace's
+    /// assistant message, with a note call beside it when the request asked for notes.
+    pub fn report_args(&mut self, info: &Value) -> Value {
         let i = self.answer.take().expect("report_args follows decorate_args");
         let mut message = json!({"role": "assistant", "content": self.session[i]["content"]});
         let mut calls = self.session[i]["tool_calls"].as_array().cloned().unwrap_or_default();
@@ -144,8 +173,8 @@ impl<'a> Agent<'a> {
         }
         self.stored += 1;
         self.raw_bytes += message.to_string().len() as u64;
-        if decorated["info"]["note_ask"].as_bool().unwrap_or(false) {
-            let notes = self.notes(&decorated["info"]);
+        if info["note_ask"].as_bool().unwrap_or(false) {
+            let notes = self.notes(info);
             self.note_calls += 1;
             self.notes_written += notes.iter().filter(|n| n["note"] != "").count() as u64;
             calls.push(json!({

@@ -351,12 +351,17 @@ fn traffic<'a>(
 /// the decorate's arguments kept for the floor when `keep`). Ok(false) when the daemon refused
 /// a call: counted, and the session left.
 fn turn(client: &mut Client, a: &mut Agent, m: &mut Measured, think: Duration, keep: bool) -> Result<bool, String> {
-    let args = a.decorate_args();
+    /// What the traffic reads of a decorate's reply (its `request` is skipped, not built).
+    #[derive(serde::Deserialize)]
+    struct Decorated {
+        info: Value,
+    }
+    let args = a.decorate_call();
     if keep {
-        m.kept.push(args.clone());
+        m.kept.push(serde_json::to_value(&args).map_err(|e| e.to_string())?);
     }
     let t = Instant::now();
-    let decorated = match client.call("decorate", args) {
+    let decorated = match client.call_as::<_, Decorated>("decorate", &args) {
         Ok(d) => d,
         Err(e) => {
             note_error(m, &a.memory, "decorate", e)?;
@@ -366,7 +371,7 @@ fn turn(client: &mut Client, a: &mut Agent, m: &mut Measured, think: Duration, k
     };
     let took = ms(t);
     m.bytes.push(client.sent_bytes());
-    let recall_ms = &decorated["info"]["recall"]["ms"];
+    let recall_ms = &decorated.info["recall"]["ms"];
     match recall_ms["total"].as_f64() {
         Some(recall) => {
             m.decorate_recall.push(took);
@@ -377,7 +382,7 @@ fn turn(client: &mut Client, a: &mut Agent, m: &mut Measured, think: Duration, k
     }
     // The model's time: this client's other memories wait too, as its agent would.
     std::thread::sleep(think);
-    let args = a.report_args(&decorated);
+    let args = a.report_args(&decorated.info);
     let t = Instant::now();
     match client.call("report", args) {
         Ok(_) => {

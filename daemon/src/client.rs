@@ -6,11 +6,13 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{BufMut, BytesMut};
 use recalld_protocol::envelope::decode_reply;
 use recalld_protocol::{
     encode_frame, encode_frame_with, encode_request_into, ErrorBody, Frame, FrameDecoder, Reply, Request,
 };
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub struct Client {
@@ -70,15 +72,45 @@ impl Client {
             op: op.into(),
             args,
         };
+        self.send_frame(|b| {
+            encode_request_into(&req, b);
+            Ok(())
+        })?;
+        Ok(id)
+    }
+
+    /// Sends a request whose arguments (a map) are encoded straight from `args`, without a
+    /// JSON copy of them; returns its id.
+    pub fn send_as<A: Serialize>(&mut self, op: &str, args: &A) -> Result<u64, ClientError> {
+        #[derive(Serialize)]
+        struct Outgoing<'a, A> {
+            id: u64,
+            op: &'a str,
+            args: &'a A,
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let req = Outgoing { id, op, args };
+        self.send_frame(|b| rmp_serde::encode::write_named(&mut b.writer(), &req).map_err(|e| e.to_string()))?;
+        Ok(id)
+    }
+
+    /// Encodes one frame with `write` and sends it; nothing is sent when `write` fails.
+    fn send_frame(&mut self, write: impl FnOnce(&mut BytesMut) -> Result<(), String>) -> Result<(), ClientError> {
         let mut out = std::mem::take(&mut self.out);
         out.clear();
-        encode_frame_with(&mut out, usize::MAX, |b| encode_request_into(&req, b))
-            .map_err(|e| ClientError::BadReply(e.to_string()))?;
-        self.sent_bytes = out.len() - 4;
-        let sent = self.send_raw(&out);
+        let mut written = Ok(());
+        let framed = encode_frame_with(&mut out, usize::MAX, |b| written = write(b));
+        let sent = match (framed, written) {
+            (Err(e), _) => Err(ClientError::BadReply(e.to_string())),
+            (_, Err(e)) => Err(ClientError::BadReply(format!("arguments do not encode: {e}"))),
+            (Ok(()), Ok(())) => {
+                self.sent_bytes = out.len() - 4;
+                self.send_raw(&out)
+            }
+        };
         self.out = out;
-        sent?;
-        Ok(id)
+        sent
     }
 
     /// The body length of the last request `send` encoded (the frame without its header).
@@ -101,12 +133,18 @@ impl Client {
 
     /// Reads the next reply, whatever its id.
     pub fn recv(&mut self) -> Result<Reply, ClientError> {
+        let body = self.recv_body()?;
+        decode_reply(&body).map_err(|e| ClientError::BadReply(e.to_string()))
+    }
+
+    /// The next reply's frame body.
+    fn recv_body(&mut self) -> Result<bytes::Bytes, ClientError> {
         loop {
             if let Some(frame) = self.decoder.decode(&mut self.buf) {
                 let Frame::Body(body) = frame else {
                     unreachable!("no limit on the client side")
                 };
-                return decode_reply(&body).map_err(|e| ClientError::BadReply(e.to_string()));
+                return Ok(body);
             }
             let mut chunk = [0u8; 64 * 1024];
             let n = self.stream.read(&mut chunk)?;
@@ -126,6 +164,30 @@ impl Client {
         }
         into_result(reply)
     }
+
+    /// Sends a request (see [`Client::send_as`]) and reads its reply's `ok` as a `T`: the
+    /// fields `T` does not name are skipped, never built (a decorate's `request` is most of its
+    /// reply).
+    pub fn call_as<A: Serialize, T: DeserializeOwned>(&mut self, op: &str, args: &A) -> Result<T, ClientError> {
+        #[derive(Deserialize)]
+        struct Incoming<T> {
+            id: u64,
+            #[serde(default = "none")]
+            ok: Option<T>,
+            #[serde(default)]
+            err: Option<ErrorBody>,
+        }
+        fn none<T>() -> Option<T> {
+            None
+        }
+        let id = self.send_as(op, args)?;
+        let body = self.recv_body()?;
+        let reply: Incoming<T> = rmp_serde::from_slice(&body).map_err(|e| ClientError::BadReply(e.to_string()))?;
+        if reply.id != id {
+            return Err(ClientError::BadReply(format!("reply id {} for request {id}", reply.id)));
+        }
+        outcome(reply.ok, reply.err)
+    }
 }
 
 impl Client {
@@ -140,7 +202,11 @@ impl Client {
 }
 
 pub fn into_result(reply: Reply) -> Result<Value, ClientError> {
-    match (reply.ok, reply.err) {
+    outcome(reply.ok, reply.err)
+}
+
+fn outcome<T>(ok: Option<T>, err: Option<ErrorBody>) -> Result<T, ClientError> {
+    match (ok, err) {
         (_, Some(err)) => Err(ClientError::Server(err)),
         (Some(ok), None) => Ok(ok),
         (None, None) => Err(ClientError::BadReply("reply has neither ok nor err".into())),

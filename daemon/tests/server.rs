@@ -38,6 +38,32 @@ fn ping_echoes_its_payload() {
     );
 }
 
+/// The typed calls the load benchmark makes: arguments encoded from borrowed data, a reply read
+/// field by field (what it does not name skipped), refusals as errors, the connection in step.
+#[test]
+fn typed_calls_encode_and_read_what_value_calls_do() {
+    #[derive(serde::Serialize)]
+    struct Echo<'a> {
+        payload: &'a [Value],
+    }
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    struct Echoed {
+        payload: Vec<Value>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Nothing {}
+    let d = Daemon::start();
+    let mut c = d.client();
+    let items = vec![json!("héllo ✓"), json!({"n": -5, "l": [null, 0.5]})];
+    let echoed: Echoed = c.call_as("ping", &Echo { payload: &items }).unwrap();
+    assert_eq!(echoed.payload, items);
+    let skipped: Nothing = c.call_as("ping", &Echo { payload: &items }).unwrap();
+    let _ = skipped;
+    let refused = c.call_as::<_, Nothing>("decorate", &json!({"memory": ""}));
+    assert!(matches!(refused, Err(recalld::client::ClientError::Server(_))));
+    assert_eq!(c.call("ping", json!({"payload": 1})).unwrap()["payload"], 1);
+}
+
 #[test]
 fn bad_input_gets_stable_codes_and_the_connection_goes_on() {
     let d = Daemon::start_with_config("max_frame_bytes = 4096\n");
