@@ -26,7 +26,10 @@ pub fn text_tokens(text: &str) -> u32 {
 
 /// A text's count from the memo, or encoded and remembered.
 fn remembered(text: &str) -> u32 {
-    let key = memo_key(text);
+    remembered_as(memo_key(text), text)
+}
+
+fn remembered_as(key: (usize, u64), text: &str) -> u32 {
     if let Some(n) = MEMO.lock().unwrap_or_else(|e| e.into_inner()).get(key) {
         return n;
     }
@@ -44,10 +47,6 @@ fn encode(text: &str) -> u32 {
 /// after call, and encoding them was half of decorate's CPU on agent traffic (a profile at
 /// ~1,500 stored messages), while hashing them costs microseconds.
 const MEMO_FROM_BYTES: usize = 512;
-/// A line of a recall block this long or longer is remembered too: the same excerpts and facts
-/// come back in the next messages' blocks, and encoding their lines anew was 40% of recall's
-/// time under the memory's lock (agent traffic at 10k messages).
-const PIECE_MEMO_FROM_BYTES: usize = 64;
 /// Counts kept per generation (two generations: the older is dropped when the newer fills).
 const MEMO_ENTRIES: usize = 16_384;
 
@@ -113,18 +112,17 @@ impl PieceCounts {
     }
 
     fn piece(&mut self, piece: &str) -> u32 {
-        *self.seen.entry(memo_key(piece)).or_insert_with(|| line_tokens(piece))
+        let key = memo_key(piece);
+        *self.seen.entry(key).or_insert_with(|| remembered_as(key, piece))
     }
 }
 
-/// A line of a block or a fact's note: the same ones come back call after call, so from
-/// `PIECE_MEMO_FROM_BYTES` on their counts are remembered.
+/// A line of a block or a fact's note: the same ones come back call after call, so their counts
+/// are remembered, short ones too. A recall block's excerpts of tool output are mostly short
+/// lines (code, listings); encoded anew at every decorate they were a third of recall's CPU on
+/// the request path at 10k messages of agent traffic, while a memo lookup costs a hash.
 pub fn line_tokens(line: &str) -> u32 {
-    if line.len() >= PIECE_MEMO_FROM_BYTES {
-        remembered(line)
-    } else {
-        encode(line)
-    }
+    remembered(line)
 }
 
 pub fn message_tokens(m: &Message) -> u32 {
