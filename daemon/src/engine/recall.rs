@@ -609,8 +609,8 @@ impl Engine {
         // 2. Fuse by rank, among what the block may show: passages of the episodes in view are
         // indexed too (live ones are cut at once, see `Room::hideable`) and are left out of
         // the lists first (with any that cannot be read), so the conversation in progress takes
-        // no searches' places. The records read here are the candidates' (their text is read
-        // only then).
+        // no searches' places. The records read here are the candidates' (a passage's text is
+        // read once the fill chooses it, below).
         let mut out_of_view: HashMap<u64, Option<Passage>> = HashMap::new();
         let _ = self.store.read(|r| {
             for (name, keys) in &mut lists {
@@ -641,7 +641,9 @@ impl Engine {
                 let doc = Doc::of(key);
                 let found = match doc {
                     Doc::Passage(n) => out_of_view.remove(&n).flatten().and_then(|mut p| {
-                        super::state::passage_text(r, memory, &mut p).ok()?;
+                        if p.text_tokens == 0 {
+                            super::state::passage_text(r, memory, &mut p).ok()?;
+                        }
                         Some(Found::Passage(p))
                     }),
                     Doc::Fact(_) => read_found(r, st, doc, &room.hideable),
@@ -717,7 +719,7 @@ impl Engine {
                             .collect();
                         // Read only as far as the room could take, twice over (an item may be
                         // left out, the render costs more than the estimates): past that a hit
-                        // only fills a gap, and reading a passage reads its messages.
+                        // only fills a gap.
                         let room_left = budget - pool;
                         let mut added = 0;
                         let mut read = 0;
@@ -795,6 +797,27 @@ impl Engine {
             used += charge;
             chosen.push(c);
         }
+        // A candidate passage's text is read once it is chosen (reading it reads and decodes its
+        // messages: for every candidate, that was a third of recall's CPU at 10k messages of
+        // agent traffic); one that cannot be read is left out.
+        let chosen_docs: Vec<Doc> = chosen.iter().map(|c| c.doc).collect();
+        let to_read: HashSet<Doc> = chosen_docs.iter().copied().collect();
+        let _ = self.store.read(|r| {
+            for c in candidates.iter_mut().filter(|c| to_read.contains(&c.doc)) {
+                if let Found::Passage(p) = &mut c.found {
+                    if super::state::passage_text(r, memory, p).is_err() {
+                        p.text.clear();
+                    }
+                }
+            }
+            Ok(())
+        });
+        let by_doc: HashMap<Doc, &Candidate> = candidates.iter().map(|c| (c.doc, c)).collect();
+        let chosen: Vec<&Candidate> = chosen_docs
+            .iter()
+            .map(|d| by_doc[d])
+            .filter(|c| !matches!(&c.found, Found::Passage(p) if p.text.is_empty()))
+            .collect();
         // The rendered block (headings, groups, dates) costs more than the items' estimates:
         // keep the longest prefix of the chosen items that renders within the budget. A render
         // only grows with the items, so a search finds it in a few renders, not one per dropped
@@ -1165,8 +1188,13 @@ fn read_found<'a>(r: &crate::store::Reader<'_>, st: &'a State, doc: Doc, hideabl
             Ok(Some(f)) if f.is_active() && !f.note.is_empty() && !in_facts_block(st, &f) => Some(Found::Fact(f)),
             _ => None,
         },
-        Doc::Passage(n) => match super::state::read_passage(r, &st.memory.id, n) {
-            Ok(Some(p)) if !passage_in_view(st, &p, hideable) => Some(Found::Passage(p)),
+        Doc::Passage(n) => match r.get::<Passage>(Table::Passages, &keys::seq(&st.memory.id, n)) {
+            Ok(Some(mut p)) if !passage_in_view(st, &p, hideable) => {
+                if p.text_tokens == 0 {
+                    super::state::passage_text(r, &st.memory.id, &mut p).ok()?;
+                }
+                Some(Found::Passage(p))
+            }
             _ => None,
         },
     }
