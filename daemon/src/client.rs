@@ -113,7 +113,8 @@ impl Client {
         sent
     }
 
-    /// The body length of the last request `send` encoded (the frame without its header).
+    /// The body length of the last request `send` or `send_as` encoded (the frame without its
+    /// header).
     pub fn sent_bytes(&self) -> usize {
         self.sent_bytes
     }
