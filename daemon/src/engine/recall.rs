@@ -641,9 +641,7 @@ impl Engine {
                 let doc = Doc::of(key);
                 let found = match doc {
                     Doc::Passage(n) => out_of_view.remove(&n).flatten().and_then(|mut p| {
-                        if p.text_tokens == 0 {
-                            super::state::passage_text(r, memory, &mut p).ok()?;
-                        }
+                        text_if_uncounted(r, memory, &mut p).ok()?;
                         Some(Found::Passage(p))
                     }),
                     Doc::Fact(_) => read_found(r, st, doc, &room.hideable),
@@ -1190,14 +1188,25 @@ fn read_found<'a>(r: &crate::store::Reader<'_>, st: &'a State, doc: Doc, hideabl
         },
         Doc::Passage(n) => match r.get::<Passage>(Table::Passages, &keys::seq(&st.memory.id, n)) {
             Ok(Some(mut p)) if !passage_in_view(st, &p, hideable) => {
-                if p.text_tokens == 0 {
-                    super::state::passage_text(r, &st.memory.id, &mut p).ok()?;
-                }
+                text_if_uncounted(r, &st.memory.id, &mut p).ok()?;
                 Some(Found::Passage(p))
             }
             _ => None,
         },
     }
+}
+
+/// Reads a candidate passage's text now only when [`estimate`] needs it: a passage stored before
+/// its tokens were counted at the cut. The others' texts are read once the fill chooses them.
+fn text_if_uncounted(
+    r: &crate::store::Reader<'_>,
+    memory: &str,
+    p: &mut Passage,
+) -> Result<(), crate::store::StoreError> {
+    if p.text_tokens == 0 {
+        super::state::passage_text(r, memory, p)?;
+    }
+    Ok(())
 }
 
 /// Whether `c` is a fact noted from the same turns as `f`.
