@@ -117,19 +117,10 @@ fn background_pool(worker: usize, threads: usize) -> Option<rayon::ThreadPool> {
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .thread_name(move |k| format!("recalld-lane-{worker}-model-{k}"))
-        .start_handler(|_| lower_priority())
+        .start_handler(|_| crate::cpu::background_thread())
         .build()
         .map_err(|e| tracing::warn!(error = %e, "no background thread pool; lanes share the default one"))
         .ok()
-}
-
-/// Lowers the calling thread's CPU priority (Linux: a thread id is a process id to setpriority).
-pub(crate) fn lower_priority() {
-    // SAFETY: gettid and setpriority take no pointers; a failure only leaves the priority as is.
-    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
-    if r != 0 {
-        tracing::debug!("cannot lower a lane thread's priority");
-    }
 }
 
 fn work(

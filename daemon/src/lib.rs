@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod client;
 pub mod config;
+pub mod cpu;
 pub mod engine;
 pub mod formats;
 pub mod index;
@@ -86,7 +87,7 @@ pub async fn run(settings: Settings, stop: impl std::future::Future<Output = ()>
     let e = engine.clone();
     let local_model = settings.models.embedder.provider == models::Provider::Builtin;
     let spawned = std::thread::Builder::new().name("recalld-warm".into()).spawn(move || {
-        lanes::lower_priority();
+        cpu::background_thread();
         e.warm(local_model);
     });
     if let Err(e) = spawned {

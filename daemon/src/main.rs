@@ -325,6 +325,11 @@ fn serve(over: Overrides) -> Result<(), ExitCode> {
     };
     init_logging(&settings.log);
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        // Its threads (the workers and the blocking pool the engine's ops run on) are the
+        // request path.
+        .on_thread_start(|| {
+            recalld::cpu::request_path_thread();
+        })
         .enable_all()
         .build()
         .expect("tokio runtime");

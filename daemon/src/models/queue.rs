@@ -141,7 +141,11 @@ impl QueryEmbedder {
         let counter = dropped.clone();
         std::thread::Builder::new()
             .name("recalld-query-embed".into())
-            .spawn(move || work(embedder, rx, counter))
+            .spawn(move || {
+                // It embeds a waiting caller's message (recall).
+                crate::cpu::request_path_thread();
+                work(embedder, rx, counter)
+            })
             .expect("spawning the query embedding thread");
         QueryEmbedder {
             tx: Mutex::new(tx),
