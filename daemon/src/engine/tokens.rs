@@ -204,6 +204,8 @@ mod tests {
         }
         texts.push("Recalled:\nAbout Caroline:\n- She went (turns 3–4, 8 May 2023)\n- x.\n\n\nExcerpts:\n[t 5]\n  indented\n\tcode();\r\nend\n \nnext".into());
         texts.push("a\n\nb \n c\u{3000}\n\u{3000}d\n日本語のテキスト\n's\n123\n!!\n".into());
+        // The note ask, which measure counts piece by piece.
+        texts.push(crate::engine::blocks::note_ask(2636, 2638, "note"));
         for (i, t) in texts.iter().enumerate() {
             let mut pieces = PieceCounts::default();
             assert_eq!(pieces.count(t), encode(t), "text {i}: {t:?}");
