@@ -325,7 +325,7 @@ fn serve(over: Overrides) -> Result<(), ExitCode> {
     };
     init_logging(&settings.log);
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        // Its threads (the workers and the blocking pool the engine's ops run on) are the
+        // Its threads (the workers, which run the engine's ops, and the blocking pool) are the
         // request path.
         .on_thread_start(|| {
             recalld::cpu::request_path_thread();

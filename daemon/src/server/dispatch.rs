@@ -525,15 +525,31 @@ fn to_value<T: serde::Serialize>(v: T) -> Result<Value, ErrorBody> {
     serde_json::to_value(v).map_err(|e| ErrorBody::new(ErrorCode::Internal, format!("cannot encode reply: {e}")))
 }
 
+/// Runs an engine op (blocking: locks, LMDB's flush) from a request's task. On the daemon's
+/// multi-threaded runtime it runs right here, the worker handing its other tasks to another
+/// thread meanwhile (`block_in_place`): handed to the blocking pool, the op waited for a thread
+/// there to wake, and its task for a worker to wake again, each a core woken when the machine
+/// was idle.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, EngineError> + Send + 'static,
 ) -> Result<T, ErrorBody> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(result) => result.map_err(|e| e.to_wire()),
-        Err(join) => Err(ErrorBody::new(
-            ErrorCode::Internal,
-            format!("request task failed: {join}"),
-        )),
+    let failed = |why: String| ErrorBody::new(ErrorCode::Internal, format!("request task failed: {why}"));
+    let result = if tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+        tokio::task::block_in_place(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)))
+            .map_err(|panic| failed(panic_message(&*panic)))?
+    } else {
+        tokio::task::spawn_blocking(f)
+            .await
+            .map_err(|join| failed(join.to_string()))?
+    };
+    result.map_err(|e| e.to_wire())
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(s), _) => format!("panicked: {s}"),
+        (_, Some(s)) => format!("panicked: {s}"),
+        _ => "panicked".into(),
     }
 }
 
@@ -541,6 +557,29 @@ async fn blocking<T: Send + 'static>(
 mod tests {
     use super::*;
     use crate::server::peer::{Namespaces, PeersConfig};
+
+    /// An op's result, its error, and a panic (an error reply, never a request left unanswered),
+    /// on the daemon's runtime and on a single-threaded one.
+    #[test]
+    fn an_op_that_panics_is_answered_with_an_internal_error_on_either_runtime() {
+        let multi = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        let single = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        for rt in [multi, single] {
+            rt.block_on(async {
+                assert_eq!(blocking(|| Ok(5)).await.unwrap(), 5);
+                let refused = blocking(|| Err::<(), _>(EngineError::NotFound("no memory".into()))).await;
+                assert_eq!(refused.unwrap_err().code, ErrorCode::NotFound);
+                let panicked = blocking(|| -> Result<(), EngineError> { panic!("boom") })
+                    .await
+                    .unwrap_err();
+                assert_eq!(panicked.code, ErrorCode::Internal);
+                assert!(panicked.message.contains("boom"), "{}", panicked.message);
+            });
+        }
+    }
 
     #[test]
     fn replies_name_the_callers_ids_but_provider_payloads_pass_unchanged() {
