@@ -559,7 +559,7 @@ mod tests {
     use crate::server::peer::{Namespaces, PeersConfig};
 
     /// An op's result, its error, and a panic (an error reply, never a request left unanswered),
-    /// on the daemon's runtime and on a single-threaded one.
+    /// from a task on a worker of the daemon's runtime and on a single-threaded one.
     #[test]
     fn an_op_that_panics_is_answered_with_an_internal_error_on_either_runtime() {
         let multi = tokio::runtime::Builder::new_multi_thread()
@@ -568,7 +568,7 @@ mod tests {
             .unwrap();
         let single = tokio::runtime::Builder::new_current_thread().build().unwrap();
         for rt in [multi, single] {
-            rt.block_on(async {
+            let task = rt.spawn(async {
                 assert_eq!(blocking(|| Ok(5)).await.unwrap(), 5);
                 let refused = blocking(|| Err::<(), _>(EngineError::NotFound("no memory".into()))).await;
                 assert_eq!(refused.unwrap_err().code, ErrorCode::NotFound);
@@ -578,6 +578,7 @@ mod tests {
                 assert_eq!(panicked.code, ErrorCode::Internal);
                 assert!(panicked.message.contains("boom"), "{}", panicked.message);
             });
+            rt.block_on(task).expect("the task's checks hold");
         }
     }
 
