@@ -588,8 +588,9 @@ impl Vectors {
     /// Forgets the memory's vector index, in memory and on disk.
     pub fn drop_memory(&self, memory: &str) -> Result<(), IndexError> {
         self.open.remove(memory, |h| {
-            drop(h); // closed before its files go (unless a search still holds it)
-                     // Its files go: nothing to go back to a view of.
+            // Closed before its files go (unless a search still holds it); the files go, so
+            // there is nothing to go back to a view of.
+            drop(h);
             self.loaded
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
