@@ -102,7 +102,7 @@ impl<'c> Scorer<'c> {
 
 /// Tokens of a message as recalld counts them: cl100k of its text plus 4.
 pub fn message_tokens(text: &str) -> u64 {
-    tiktoken_rs::cl100k_base_singleton().encode_ordinary(text).len() as u64 + 4
+    bpe_openai::cl100k_base().count(text) as u64 + 4
 }
 
 /// Tokens of a Chat Completions request's messages, counted the same way.

@@ -127,22 +127,16 @@ fn non_contiguous(messages: &[Value]) -> usize {
 }
 
 struct Counter {
-    bpe: tiktoken_rs::CoreBPE,
+    bpe: &'static bpe_openai::Tokenizer,
 }
 
 impl Counter {
     fn message(&self, m: &Value) -> u64 {
-        let mut n = self.bpe.encode_ordinary(&text_of(&m["content"])).len() as u64 + 4;
+        let mut n = self.bpe.count(&text_of(&m["content"])) as u64 + 4;
         if let Some(calls) = m["tool_calls"].as_array() {
             for c in calls {
-                n += self
-                    .bpe
-                    .encode_ordinary(c["function"]["name"].as_str().unwrap_or(""))
-                    .len() as u64;
-                n += self
-                    .bpe
-                    .encode_ordinary(c["function"]["arguments"].as_str().unwrap_or(""))
-                    .len() as u64;
+                n += self.bpe.count(c["function"]["name"].as_str().unwrap_or("")) as u64;
+                n += self.bpe.count(c["function"]["arguments"].as_str().unwrap_or("")) as u64;
             }
         }
         n
@@ -369,7 +363,7 @@ fn agent_traces_replay_within_the_ceiling_with_valid_transcripts_and_lossless_ex
         .collect();
     assert_eq!(convs.len(), 111, "expected 100 tau-bench + 11 SWE-agent conversations");
     let counter = Counter {
-        bpe: tiktoken_rs::cl100k_base().unwrap(),
+        bpe: bpe_openai::cl100k_base(),
     };
     let d = match std::env::var_os("RECALLD_REPLAY_BIN") {
         Some(bin) if !bin.is_empty() => {

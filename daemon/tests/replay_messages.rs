@@ -162,7 +162,7 @@ fn key(m: &Value) -> String {
     format!("{}|{}", m["role"].as_str().unwrap_or(""), blocks.join("|"))
 }
 
-fn tokens(bpe: &tiktoken_rs::CoreBPE, m: &Value) -> u64 {
+fn tokens(bpe: &bpe_openai::Tokenizer, m: &Value) -> u64 {
     let mut n = 4;
     for b in m["content"]
         .as_array()
@@ -170,13 +170,13 @@ fn tokens(bpe: &tiktoken_rs::CoreBPE, m: &Value) -> u64 {
         .unwrap_or_else(|| vec![json!({"text": m["content"]})])
     {
         for k in ["text", "name"] {
-            n += bpe.encode_ordinary(b[k].as_str().unwrap_or("")).len() as u64;
+            n += bpe.count(b[k].as_str().unwrap_or("")) as u64;
         }
         if b["type"] == "tool_use" {
-            n += bpe.encode_ordinary(&b["input"].to_string()).len() as u64;
+            n += bpe.count(&b["input"].to_string()) as u64;
         }
         if b["type"] == "tool_result" {
-            n += bpe.encode_ordinary(&text_of(&b["content"])).len() as u64;
+            n += bpe.count(&text_of(&b["content"])) as u64;
         }
     }
     n
@@ -195,7 +195,7 @@ fn replay(
     id: &str,
     system: &str,
     trace: &[Value],
-    bpe: &tiktoken_rs::CoreBPE,
+    bpe: &bpe_openai::Tokenizer,
     sum: &mut Summary,
 ) {
     let memory = format!("replay-messages-{}", id.replace('/', "-"));
@@ -331,7 +331,7 @@ fn agent_traces_replay_in_anthropic_messages_format() {
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let bpe = tiktoken_rs::cl100k_base().unwrap();
+    let bpe = bpe_openai::cl100k_base();
     let d = Daemon::start();
     let mut c = d.client();
     let mut sum = Summary::default();
@@ -349,7 +349,7 @@ fn agent_traces_replay_in_anthropic_messages_format() {
             continue;
         }
         let (system, trace) = to_messages(conv["messages"].as_array().unwrap());
-        replay(&mut c, conv["id"].as_str().unwrap(), &system, &trace, &bpe, &mut sum);
+        replay(&mut c, conv["id"].as_str().unwrap(), &system, &trace, bpe, &mut sum);
     }
     eprintln!(
         "messages replay: {} decorates, {} note asks, {} episodes sealed or forgotten, {} decorates checked against the ceiling",

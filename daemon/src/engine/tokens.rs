@@ -39,7 +39,7 @@ fn remembered_as(key: (usize, u64), text: &str) -> u32 {
 }
 
 fn encode(text: &str) -> u32 {
-    tiktoken_rs::cl100k_base_singleton().encode_ordinary(text).len() as u32
+    bpe_openai::cl100k_base().count(text) as u32
 }
 
 /// Texts this long or longer have their counts remembered: a request's fixed part (system
