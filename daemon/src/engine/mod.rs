@@ -773,6 +773,7 @@ impl Engine {
                 recall_info = if recall_info.is_null() { json!({}) } else { recall_info };
                 recall_info["across"] = across_info;
             }
+            let excerpts_at = recalled.excerpts_at;
             let block = match (recalled.block, across) {
                 (Some(mut b), a) => {
                     b.tokens += a.as_ref().map_or(0, |a| a.tokens);
@@ -796,7 +797,7 @@ impl Engine {
                 let m = st.message_mut(seq);
                 m.tokens = m.tokens.saturating_add(block.tokens as u32);
                 measure.view += tokens::corrected(block.tokens, ratio);
-                st.put_recall(block);
+                st.put_recalled(block, excerpts_at);
                 if measure.view > measure.budget.history {
                     recall_limit = Some(measure.budget.fixed + measure.budget.history);
                 }

@@ -293,6 +293,8 @@ pub(super) struct Room {
 /// What one decorate recalled, and the account of it for `info`.
 pub(super) struct Recalled {
     pub block: Option<RecallBlock>,
+    /// Where the block's excerpts begin in its text (see `State::put_recalled`).
+    pub excerpts_at: Option<usize>,
     pub info: Value,
 }
 
@@ -300,6 +302,7 @@ impl Recalled {
     pub(super) fn nothing() -> Recalled {
         Recalled {
             block: None,
+            excerpts_at: None,
             info: Value::Null,
         }
     }
@@ -825,9 +828,9 @@ impl Engine {
         // are counted line by line, each line once.
         let mut counts = tokens::PieceCounts::default();
         let mut rendered = |k: usize| {
-            let text = render(st, &chosen[..k], &lists, &q.parts);
+            let (text, excerpts_at) = render(st, &chosen[..k], &lists, &q.parts);
             let cost = counts.count(&text) as u64 + 4;
-            (text, cost)
+            ((text, excerpts_at), cost)
         };
         let mut fits = None;
         let (mut lo, mut hi) = (0, chosen.len());
@@ -861,7 +864,8 @@ impl Engine {
             .collect();
         excerpted.sort_unstable();
         excerpted.dedup();
-        let block = fits.map(|(k, text, cost)| RecallBlock {
+        let excerpts_at = fits.as_ref().map(|(_, (_, at), _)| *at);
+        let block = fits.map(|(k, (text, _), cost)| RecallBlock {
             seq,
             turn: st.memory.turn,
             at: now,
@@ -915,7 +919,11 @@ impl Engine {
                 "total": q.embed_ms + started.elapsed().as_secs_f64() * 1e3,
             },
         });
-        Recalled { block, info }
+        Recalled {
+            block,
+            excerpts_at,
+            info,
+        }
     }
 
     /// What was said within `windows` or of their days, nearest `query` first: the passages
@@ -1217,8 +1225,8 @@ fn same_turns(c: &Candidate, f: &Fact) -> bool {
 /// The block's text: a section of facts per message part they were found for (headed when a
 /// part found some), each grouped by the entity its facts share most (named for it,
 /// newest first, each dated with its turns: facts noted together share one date line); then
-/// excerpts in conversation order.
-fn render(st: &State, chosen: &[&Candidate], lists: &[(String, Vec<u64>)], parts: &[String]) -> String {
+/// excerpts in conversation order. And where the excerpts begin (see [`render_sections`]).
+fn render(st: &State, chosen: &[&Candidate], lists: &[(String, Vec<u64>)], parts: &[String]) -> (String, usize) {
     let mut sections: Vec<(Option<usize>, Vec<&Fact>)> = Vec::new();
     for c in chosen {
         if let Found::Fact(f) = &c.found {
@@ -1315,12 +1323,13 @@ fn excerpt(text: &str, max: usize) -> String {
 
 /// Renders a block from its facts (best first) and passages.
 pub(super) fn render_parts(st: &State, facts: &[&Fact], passages: &[&Passage]) -> String {
-    render_sections(st, &[(None, facts.to_vec())], passages)
+    render_sections(st, &[(None, facts.to_vec())], passages).0
 }
 
 /// Renders a block from its sections of facts (each best first; a section headed with the
-/// message part it answers when a part found some) and its passages.
-fn render_sections(st: &State, sections: &[(Option<String>, Vec<&Fact>)], passages: &[&Passage]) -> String {
+/// message part it answers when a part found some) and its passages; and where in the text its
+/// excerpts begin (its length when there are none).
+fn render_sections(st: &State, sections: &[(Option<String>, Vec<&Fact>)], passages: &[&Passage]) -> (String, usize) {
     let mut out = String::from(blocks::RECALL_HEADER);
     let headed = sections.iter().any(|(part, _)| part.is_some());
     for (part, facts) in sections {
@@ -1332,8 +1341,9 @@ fn render_sections(st: &State, sections: &[(Option<String>, Vec<&Fact>)], passag
         }
         push_groups(&mut out, st, facts);
     }
+    let excerpts_at = out.len();
     out.push_str(&excerpts_section(passages));
-    out
+    (out, excerpts_at)
 }
 
 /// The end of a block that shows `passages`: its excerpts in conversation order, each headed

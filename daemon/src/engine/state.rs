@@ -50,6 +50,8 @@ pub struct State {
     pub existed: bool,
     dirty_messages: BTreeSet<u64>,
     dirty_recalls: BTreeSet<u64>,
+    /// Where the excerpts begin in the text of blocks recall rendered since the last save.
+    excerpts_at: BTreeMap<u64, usize>,
     /// Write-only: passages cut from sealed episodes (read back from the store by recall).
     new_passages: Vec<Passage>,
     /// Rows of table `mentions` for passages stored before it (`MemoryRecord::mentions_whole`).
@@ -135,6 +137,7 @@ impl State {
             existed,
             dirty_messages: BTreeSet::new(),
             dirty_recalls: BTreeSet::new(),
+            excerpts_at: BTreeMap::new(),
             new_passages: Vec::new(),
             old_mentions: Vec::new(),
             dirty_episodes: BTreeSet::new(),
@@ -186,7 +189,10 @@ impl State {
         }
         for seq in &self.dirty_recalls {
             if let Some(b) = self.recalls.get(seq) {
-                write_recall(w, id, b)?;
+                match self.excerpts_at.get(seq) {
+                    Some(&at) => write_rendered_recall(w, id, b, at)?,
+                    None => write_recall(w, id, b)?,
+                }
             }
         }
         for seq in &self.dirty_units {
@@ -240,6 +246,7 @@ impl State {
     pub fn mark_saved(&mut self) {
         self.dirty_messages.clear();
         self.dirty_recalls.clear();
+        self.excerpts_at.clear();
         self.new_passages.clear();
         self.old_mentions.clear();
         self.dirty_episodes.clear();
@@ -283,8 +290,21 @@ impl State {
 
     /// Stores (or replaces) the recall block before user message `block.seq`.
     pub fn put_recall(&mut self, block: RecallBlock) {
+        self.excerpts_at.remove(&block.seq);
         self.dirty_recalls.insert(block.seq);
         self.recalls.insert(block.seq, block);
+    }
+
+    /// Stores a block recall just rendered, whose excerpts begin at `excerpts_at` in its text:
+    /// the save stores it without them as it is (see [`write_recall`]), not by reading its
+    /// passages back to find them (a tenth of a decorate that recalls, at 10k messages of agent
+    /// traffic).
+    pub fn put_recalled(&mut self, block: RecallBlock, excerpts_at: Option<usize>) {
+        let seq = block.seq;
+        self.put_recall(block);
+        if let Some(at) = excerpts_at {
+            self.excerpts_at.insert(seq, at);
+        }
     }
 
     /// Stores passages cut from episodes (numbered by the caller from `next_passage`).
@@ -1018,6 +1038,36 @@ pub fn write_recall(w: &mut Writer<'_>, memory: &str, b: &RecallBlock) -> Result
     w.put(Table::FreshRecall, &key, &stored)
 }
 
+/// [`write_recall`] for a block whose excerpts begin at `excerpts_at` in its text (recall knows
+/// where: it rendered them from the passages it read).
+fn write_rendered_recall(
+    w: &mut Writer<'_>,
+    memory: &str,
+    b: &RecallBlock,
+    excerpts_at: usize,
+) -> Result<(), StoreError> {
+    let mut shown: Vec<&super::records::RecallItem> = b.items.iter().filter(|i| i.kind == "passage").collect();
+    if b.distilled || shown.is_empty() || !b.excerpts.is_empty() || !b.text.is_char_boundary(excerpts_at) {
+        return write_recall(w, memory, b);
+    }
+    let key = keys::seq(memory, b.seq);
+    w.delete(Table::Recall, &key)?;
+    // In conversation order, as the excerpts are shown.
+    shown.sort_by_key(|i| i.seqs[0]);
+    let stored = RecallBlock {
+        seq: b.seq,
+        turn: b.turn,
+        at: b.at,
+        text: b.text[..excerpts_at].to_owned(),
+        tokens: b.tokens,
+        items: b.items.clone(),
+        distilled: false,
+        across: b.across.clone(),
+        excerpts: shown.iter().map(|i| i.n).collect(),
+    };
+    w.put(Table::FreshRecall, &key, &stored)
+}
+
 /// Puts back the excerpts a stored block left out (see [`write_recall`]).
 fn whole_recall(r: &impl Read, memory: &str, b: &mut RecallBlock) -> Result<(), StoreError> {
     if b.excerpts.is_empty() {
@@ -1264,6 +1314,14 @@ mod tests {
         assert_eq!(alone, block(116, &shown));
         let all = store.read(|r| all_recalls(r, "m")).unwrap();
         assert_eq!(all, vec![block(116, &shown), block(118, &edited)]);
+
+        // A block recall rendered, put with where its excerpts begin, is stored the same without
+        // reading its passages back.
+        let stored = raw(116);
+        st.mark_saved();
+        st.put_recalled(block(116, &shown), Some(facts.len()));
+        store.write(|w| st.save(w)).unwrap();
+        assert_eq!(raw(116), stored);
     }
 
     #[test]
