@@ -117,6 +117,74 @@ impl PieceCounts {
     }
 }
 
+/// The count of a JSON object as text (a request's fields besides its messages: the model, the
+/// tools' schemas, ...), remembered by a hash of its values: they come back unchanged call after
+/// call, and writing them out as text to look the count up was 5% of decorate's CPU on agent
+/// traffic.
+pub fn json_tokens(fields: &serde_json::Map<String, serde_json::Value>) -> u32 {
+    use std::hash::Hasher;
+    fn walk(v: &serde_json::Value, h: &mut impl Hasher) -> usize {
+        use serde_json::Value;
+        match v {
+            Value::Null => {
+                h.write_u8(0);
+                1
+            }
+            Value::Bool(b) => {
+                h.write_u8(1 + *b as u8);
+                1
+            }
+            Value::Number(n) => {
+                h.write_u8(3);
+                h.write(n.to_string().as_bytes());
+                1
+            }
+            Value::String(s) => {
+                h.write_u8(4);
+                h.write(s.as_bytes());
+                h.write_u8(0xff);
+                s.len()
+            }
+            Value::Array(items) => {
+                h.write_u8(5);
+                h.write_usize(items.len());
+                items.iter().map(|v| walk(v, h)).sum()
+            }
+            Value::Object(map) => {
+                h.write_u8(6);
+                h.write_usize(map.len());
+                map.iter()
+                    .map(|(k, v)| {
+                        h.write(k.as_bytes());
+                        h.write_u8(0xff);
+                        k.len() + walk(v, h)
+                    })
+                    .sum()
+            }
+        }
+    }
+    if fields.is_empty() {
+        return encode("{}");
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let size: usize = fields
+        .iter()
+        .map(|(k, v)| {
+            h.write(k.as_bytes());
+            h.write_u8(0xff);
+            k.len() + walk(v, &mut h)
+        })
+        .sum();
+    // Told apart from a text's key by the high bit of its size.
+    let key = (size | 1 << (usize::BITS - 1), h.finish());
+    if let Some(n) = MEMO.lock().unwrap_or_else(|e| e.into_inner()).get(key) {
+        return n;
+    }
+    let n = encode(&serde_json::to_string(fields).unwrap_or_default());
+    MEMO.lock().unwrap_or_else(|e| e.into_inner()).put(key, n);
+    n
+}
+
 /// A line of a block or a fact's note: the same ones come back call after call, so their counts
 /// are remembered, short ones too. A recall block's excerpts of tool output are mostly short
 /// lines (code, listings); encoded anew at every decorate they were a third of recall's CPU on
@@ -212,6 +280,33 @@ mod tests {
             assert_eq!(pieces.count(t), encode(t), "text {i} again, from the pieces seen");
         }
         assert!(texts.len() > 60, "the bench's traces were read");
+    }
+
+    #[test]
+    fn a_requests_other_fields_count_as_their_text_and_a_change_is_counted_anew() {
+        let fields = |description: &str| -> serde_json::Map<String, serde_json::Value> {
+            let v = serde_json::json!({
+                "model": "gpt-4o",
+                "temperature": 0.2,
+                "tools": [{"type": "function", "function": {"name": "search", "description": description,
+                    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}],
+                "stream": false,
+            });
+            v.as_object().unwrap().clone()
+        };
+        let as_text = |m: &serde_json::Map<String, serde_json::Value>| encode(&serde_json::to_string(m).unwrap());
+        let tools = fields("Searches the catalogue by title or author.");
+        assert_eq!(json_tokens(&tools), as_text(&tools));
+        assert_eq!(json_tokens(&tools), as_text(&tools), "from the memo");
+        let edited = fields("Searches the catalogue by title, author or year of the edition.");
+        assert_eq!(json_tokens(&edited), as_text(&edited));
+        assert_ne!(json_tokens(&edited), json_tokens(&tools));
+        // The same words moved to another field are another request.
+        let mut moved = tools.clone();
+        moved.insert("modelx".into(), moved["model"].clone());
+        moved.remove("model");
+        assert_eq!(json_tokens(&moved), as_text(&moved));
+        assert_eq!(json_tokens(&serde_json::Map::new()), encode("{}"));
     }
 
     #[test]
