@@ -55,15 +55,15 @@ static MEMO: std::sync::Mutex<Memo> = std::sync::Mutex::new(Memo { new: None, ol
 /// A text's length and 64-bit hash (a collision would only misestimate one text's size).
 fn memo_key(text: &str) -> (usize, u64) {
     use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut h = rustc_hash::FxHasher::default();
     text.hash(&mut h);
     (text.len(), h.finish())
 }
 
 /// Token counts of long texts seen lately, in two generations.
 struct Memo {
-    new: Option<std::collections::HashMap<(usize, u64), u32>>,
-    old: Option<std::collections::HashMap<(usize, u64), u32>>,
+    new: Option<rustc_hash::FxHashMap<(usize, u64), u32>>,
+    old: Option<rustc_hash::FxHashMap<(usize, u64), u32>>,
 }
 
 impl Memo {
@@ -92,7 +92,7 @@ impl Memo {
 /// after every such newline.
 #[derive(Default)]
 pub struct PieceCounts {
-    seen: std::collections::HashMap<(usize, u64), u32>,
+    seen: rustc_hash::FxHashMap<(usize, u64), u32>,
 }
 
 impl PieceCounts {
@@ -166,7 +166,7 @@ pub fn json_tokens(fields: &serde_json::Map<String, serde_json::Value>) -> u32 {
     if fields.is_empty() {
         return encode("{}");
     }
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut h = rustc_hash::FxHasher::default();
     let size: usize = fields
         .iter()
         .map(|(k, v)| {
