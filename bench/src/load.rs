@@ -135,7 +135,7 @@ pub fn run(o: &LoadOptions, progress: &mut dyn FnMut(String)) -> Result<LoadRepo
     let keep_every = (expected_pairs / o.floor_samples.max(1) as u64).max(1) as usize;
     let done = AtomicU64::new(0);
     let pid = daemon.pid();
-    let outcomes: Vec<(Result<(Measured, Vec<Agent>), String>, Instant)> = std::thread::scope(|scope| {
+    let outcomes: Vec<(ClientOutcome, Instant)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..clients)
             .map(|c| {
                 let (socket, traces, done) = (&socket, &traces, &done);
@@ -330,6 +330,9 @@ fn mean(v: &[usize]) -> f64 {
 }
 
 /// One client's traffic: turns in rotation over its memories until each holds `messages`.
+/// What one client measured, and its agents as the traffic left them.
+type ClientOutcome<'a> = Result<(Measured, Vec<Agent<'a>>), String>;
+
 fn traffic<'a>(
     socket: &Path,
     mut agents: Vec<Agent<'a>>,
@@ -337,7 +340,7 @@ fn traffic<'a>(
     keep_every: usize,
     think: Duration,
     done: &AtomicU64,
-) -> Result<(Measured, Vec<Agent<'a>>), String> {
+) -> ClientOutcome<'a> {
     let mut client = connect(socket)?;
     let mut m = Measured::default();
     // Keeps every `keep_every`-th request, the first included.
