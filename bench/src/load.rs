@@ -329,10 +329,10 @@ fn mean(v: &[usize]) -> f64 {
     v.iter().sum::<usize>() as f64 / v.len().max(1) as f64
 }
 
-/// One client's traffic: turns in rotation over its memories until each holds `messages`.
 /// What one client measured, and its agents as the traffic left them.
 type ClientOutcome<'a> = Result<(Measured, Vec<Agent<'a>>), String>;
 
+/// One client's traffic: turns in rotation over its memories until each holds `messages`.
 fn traffic<'a>(
     socket: &Path,
     mut agents: Vec<Agent<'a>>,
