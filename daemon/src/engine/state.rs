@@ -189,10 +189,7 @@ impl State {
         }
         for seq in &self.dirty_recalls {
             if let Some(b) = self.recalls.get(seq) {
-                match self.excerpts_at.get(seq) {
-                    Some(&at) => write_rendered_recall(w, id, b, at)?,
-                    None => write_recall(w, id, b)?,
-                }
+                write_recall_at(w, id, b, self.excerpts_at.get(seq).copied())?;
             }
         }
         for seq in &self.dirty_units {
@@ -1007,6 +1004,18 @@ pub fn recall_block(r: &Reader<'_>, memory: &str, seq: u64) -> Result<Option<Rec
 /// text back together); otherwise the text is stored whole. A block not distilled yet is in
 /// table `fresh_recall`, a distilled one (facts only, a fraction of the size) in `recall`.
 pub fn write_recall(w: &mut Writer<'_>, memory: &str, b: &RecallBlock) -> Result<(), StoreError> {
+    write_recall_at(w, memory, b, None)
+}
+
+/// [`write_recall`], told where the excerpts begin in the text when the caller knows (recall,
+/// which rendered them from the passages it had read); else they are found by reading the
+/// passages back and rendering their excerpts again.
+fn write_recall_at(
+    w: &mut Writer<'_>,
+    memory: &str,
+    b: &RecallBlock,
+    excerpts_at: Option<usize>,
+) -> Result<(), StoreError> {
     let key = keys::seq(memory, b.seq);
     if b.distilled {
         w.delete(Table::FreshRecall, &key)?;
@@ -1014,56 +1023,44 @@ pub fn write_recall(w: &mut Writer<'_>, memory: &str, b: &RecallBlock) -> Result
     }
     // Where a store written before `fresh_recall` kept it.
     w.delete(Table::Recall, &key)?;
-    let shown: Vec<u64> = b.items.iter().filter(|i| i.kind == "passage").map(|i| i.n).collect();
+    // In conversation order, as the excerpts are shown.
+    let mut shown: Vec<(u64, u64)> = b
+        .items
+        .iter()
+        .filter(|i| i.kind == "passage")
+        .map(|i| (i.seqs[0], i.n))
+        .collect();
+    shown.sort_unstable();
     if shown.is_empty() || !b.excerpts.is_empty() {
         return w.put(Table::FreshRecall, &key, b);
     }
-    let mut passages: Vec<Passage> = Vec::with_capacity(shown.len());
-    for n in shown {
-        match read_passage(w, memory, n)? {
-            Some(p) => passages.push(p),
-            None => return w.put(Table::FreshRecall, &key, b),
+    let rest = match excerpts_at.filter(|&at| b.text.is_char_boundary(at)) {
+        Some(at) => &b.text[..at],
+        None => {
+            let mut passages: Vec<Passage> = Vec::with_capacity(shown.len());
+            for &(_, n) in &shown {
+                match read_passage(w, memory, n)? {
+                    Some(p) => passages.push(p),
+                    None => return w.put(Table::FreshRecall, &key, b),
+                }
+            }
+            let refs: Vec<&Passage> = passages.iter().collect();
+            match b.text.strip_suffix(&super::recall::excerpts_section(&refs)) {
+                Some(rest) => rest,
+                None => return w.put(Table::FreshRecall, &key, b),
+            }
         }
-    }
-    let refs: Vec<&Passage> = passages.iter().collect();
-    let Some(rest) = b.text.strip_suffix(&super::recall::excerpts_section(&refs)) else {
-        return w.put(Table::FreshRecall, &key, b);
     };
-    passages.sort_by_key(|p| p.first_seq);
-    let stored = RecallBlock {
-        text: rest.to_owned(),
-        excerpts: passages.iter().map(|p| p.n).collect(),
-        ..b.clone()
-    };
-    w.put(Table::FreshRecall, &key, &stored)
-}
-
-/// [`write_recall`] for a block whose excerpts begin at `excerpts_at` in its text (recall knows
-/// where: it rendered them from the passages it read).
-fn write_rendered_recall(
-    w: &mut Writer<'_>,
-    memory: &str,
-    b: &RecallBlock,
-    excerpts_at: usize,
-) -> Result<(), StoreError> {
-    let mut shown: Vec<&super::records::RecallItem> = b.items.iter().filter(|i| i.kind == "passage").collect();
-    if b.distilled || shown.is_empty() || !b.excerpts.is_empty() || !b.text.is_char_boundary(excerpts_at) {
-        return write_recall(w, memory, b);
-    }
-    let key = keys::seq(memory, b.seq);
-    w.delete(Table::Recall, &key)?;
-    // In conversation order, as the excerpts are shown.
-    shown.sort_by_key(|i| i.seqs[0]);
     let stored = RecallBlock {
         seq: b.seq,
         turn: b.turn,
         at: b.at,
-        text: b.text[..excerpts_at].to_owned(),
+        text: rest.to_owned(),
         tokens: b.tokens,
         items: b.items.clone(),
         distilled: false,
         across: b.across.clone(),
-        excerpts: shown.iter().map(|i| i.n).collect(),
+        excerpts: shown.into_iter().map(|(_, n)| n).collect(),
     };
     w.put(Table::FreshRecall, &key, &stored)
 }
