@@ -30,10 +30,15 @@ fn remembered(text: &str) -> u32 {
 }
 
 fn remembered_as(key: (usize, u64), text: &str) -> u32 {
+    remembered_or(key, || encode(text))
+}
+
+/// The count under `key` from the memo, or `count`ed and remembered.
+fn remembered_or(key: (usize, u64), count: impl FnOnce() -> u32) -> u32 {
     if let Some(n) = MEMO.lock().unwrap_or_else(|e| e.into_inner()).get(key) {
         return n;
     }
-    let n = encode(text);
+    let n = count();
     MEMO.lock().unwrap_or_else(|e| e.into_inner()).put(key, n);
     n
 }
@@ -177,12 +182,7 @@ pub fn json_tokens(fields: &serde_json::Map<String, serde_json::Value>) -> u32 {
         .sum();
     // Told apart from a text's key by the high bit of its size.
     let key = (size | 1 << (usize::BITS - 1), h.finish());
-    if let Some(n) = MEMO.lock().unwrap_or_else(|e| e.into_inner()).get(key) {
-        return n;
-    }
-    let n = encode(&serde_json::to_string(fields).unwrap_or_default());
-    MEMO.lock().unwrap_or_else(|e| e.into_inner()).put(key, n);
-    n
+    remembered_or(key, || encode(&serde_json::to_string(fields).unwrap_or_default()))
 }
 
 /// A line of a block or a fact's note: the same ones come back call after call, so their counts
