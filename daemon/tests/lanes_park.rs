@@ -1,5 +1,6 @@
 //! A lane job that keeps failing is parked after `PARK_AFTER` runs: kept with its error, shown
-//! in `stats`, never run again, and the memory's other work goes on around it.
+//! in `stats`, never run again, and the memory's other work goes on around it. A job the
+//! daemon's stop cuts short is no failure: it stays queued as it was.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -250,4 +251,80 @@ fn a_job_that_fails_three_times_is_parked_and_the_memory_goes_on() {
     assert_eq!(left[0]["n"], graph_n);
     assert_eq!(left[0]["attempts"], 3);
     assert!(left[0]["error"].as_str().unwrap().contains(DOWN));
+}
+
+/// An embedder that works: one unit vector for every text; counts its calls.
+#[derive(Default)]
+struct PlainEmbedder {
+    calls: AtomicUsize,
+}
+
+impl Embedder for PlainEmbedder {
+    fn id(&self) -> ModelId {
+        ModelId {
+            name: "test-plain".into(),
+            dim: 8,
+        }
+    }
+    fn embed(&self, _: &CallCtx, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Ok(texts
+            .iter()
+            .map(|_| vec![1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+            .collect())
+    }
+}
+
+/// The daemon's stop (`Engine::stop_background`, which `Lanes::stop` calls) cuts a job's model
+/// calls short: what the job judged is not applied, even what a judge the stop left alone
+/// answered, and the job is not counted as failed. It stays queued as it was and runs whole at
+/// the next start.
+#[test]
+fn a_job_the_stop_cuts_short_stays_queued_as_it_was_and_runs_at_the_next_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = EngineConfig {
+        recall: false,
+        ..EngineConfig::default()
+    };
+    let open = || {
+        let store = Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
+        let models = Models::with(Arc::new(PlainEmbedder::default()), Arc::new(PlainJudge::default()));
+        Engine::new(store, Some(models), config.clone())
+    };
+    let units = |engine: &Engine| engine.export(MEMORY).unwrap()["units"].as_array().unwrap().len();
+    let t0 = 1_767_225_600.0;
+    {
+        let engine = open();
+        let mut history = vec![json!({"role": "user", "content": "Acme disputed invoice INV-7."})];
+        decorate(&engine, &history, t0);
+        report(
+            &engine,
+            "Noted the dispute on INV-7.",
+            Some("Acme disputed invoice INV-7."),
+            t0 + 5.0,
+        );
+        history.push(json!({"role": "assistant", "content": "Noted the dispute on INV-7."}));
+        history.push(json!({"role": "user", "content": "Can you draft the reply to Acme?"}));
+        decorate(&engine, &history, t0 + 60.0);
+        // The note's jobs run; then the daemon stops with the units' judgment queued.
+        assert!(engine.run_next_job(MEMORY).unwrap(), "graph ran");
+        assert!(engine.run_next_job(MEMORY).unwrap(), "score_facts ran");
+        let queued = jobs(&engine);
+        assert_eq!(queued.len(), 1);
+        assert_eq!(queued[0]["job"]["kind"], "score_units");
+        engine.stop_background();
+        // Its judge answers (the stop ends background embeddings, not this judge), but nothing
+        // is applied: the stop may have cut other calls of the same job short.
+        assert!(!engine.run_next_job(MEMORY).unwrap(), "no job ran");
+        assert_eq!(jobs(&engine), queued, "queued as it was: no attempt, no error");
+        assert_eq!(units(&engine), 0, "nothing applied");
+        let stats = engine.stats().unwrap();
+        assert_eq!(stats["lanes"]["failures"], 0, "{stats}");
+        assert_eq!(stats["lanes"]["parked"], 0);
+    }
+    // The next start runs it whole.
+    let engine = open();
+    assert!(engine.run_next_job(MEMORY).unwrap(), "score_units ran");
+    assert!(jobs(&engine).is_empty());
+    assert!(units(&engine) > 0, "the units' scores stored");
 }

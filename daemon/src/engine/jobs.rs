@@ -152,6 +152,13 @@ impl Engine {
         let snapshot = self.peek(memory, |st| self.snapshot(st, &job.job))?;
         let started = std::time::Instant::now();
         let judged = self.judge_snapshot(memory, snapshot);
+        if self.stopping() {
+            // The stop may have cut its model calls short, and some failures leave a partial
+            // result (a fact left unscored): nothing is applied nor counted as failed; the job
+            // runs again at the next start.
+            tracing::info!(memory, job = job.n, "background job left for the next start");
+            return Ok(false);
+        }
         let c = &self.lane_counters;
         c.judge_micros
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);

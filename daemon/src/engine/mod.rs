@@ -364,6 +364,19 @@ impl Engine {
         &self.config
     }
 
+    /// The daemon is stopping: background model calls end before their next batch
+    /// (`Priority::stop`), and the jobs that made them stay queued as they were.
+    pub fn stop_background(&self) {
+        if let Some(m) = &self.models {
+            m.priority.stop();
+        }
+    }
+
+    /// Whether [`Engine::stop_background`] was called.
+    pub(crate) fn stopping(&self) -> bool {
+        self.models.as_ref().is_some_and(|m| m.priority.stopping())
+    }
+
     fn lock(&self, memory: &str) -> Arc<Mutex<()>> {
         let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
         locks.entry(memory.to_owned()).or_default().clone()

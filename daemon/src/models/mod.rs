@@ -119,6 +119,9 @@ pub enum ModelError {
     /// Local inference failed.
     #[error("inference failed: {0}")]
     Inference(String),
+    /// The daemon is stopping: a background call ended before its next batch.
+    #[error("the daemon is stopping")]
+    Stopping,
 }
 
 impl ModelError {
@@ -133,6 +136,7 @@ impl ModelError {
             ModelError::Timeout { .. } => "model_timeout",
             ModelError::Malformed(_) => "model_malformed",
             ModelError::Inference(_) => "model_inference",
+            ModelError::Stopping => "model_stopping",
         }
     }
 

@@ -11,7 +11,7 @@
 //! a steady stream of them slows the lanes but never stops them. Background calls run in
 //! batches of a few texts, so the request path waits for one small batch at most.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -32,6 +32,8 @@ const YIELD_BATCH: usize = 4;
 pub struct Priority {
     counts: Mutex<Counts>,
     turn: Condvar,
+    /// Set when the daemon stops: background calls end before their next batch.
+    stopping: AtomicBool,
 }
 
 #[derive(Default)]
@@ -50,13 +52,25 @@ impl Priority {
         PriorityGuard(self)
     }
 
+    /// The daemon is stopping: background calls end before their next batch with
+    /// [`ModelError::Stopping`] (their job stays queued and runs again at the next start), so a
+    /// lane embedding a long backlog does not hold the stop for seconds.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.turn.notify_all();
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
     /// Waits (at most [`MAX_YIELD`]) until as many request-path embeddings have finished as
-    /// had begun when it was called.
+    /// had begun when it was called, or the daemon stops.
     pub fn wait_turn(&self) {
         let until = Instant::now() + MAX_YIELD;
         let mut counts = self.counts();
         let ahead = counts.begun;
-        while counts.finished < ahead {
+        while counts.finished < ahead && !self.stopping() {
             let Some(left) = until.checked_duration_since(Instant::now()) else {
                 return;
             };
@@ -101,6 +115,9 @@ impl Embedder for Yielding {
         let mut out = Vec::with_capacity(texts.len());
         for chunk in texts.chunks(YIELD_BATCH) {
             self.priority.wait_turn();
+            if self.priority.stopping() {
+                return Err(ModelError::Stopping);
+            }
             out.extend(self.inner.embed(ctx, chunk)?);
         }
         Ok(out)
@@ -201,9 +218,9 @@ mod tests {
     use super::*;
 
     /// Sleeps `delay` per call and counts calls.
-    struct Slow {
-        delay: Duration,
-        calls: std::sync::atomic::AtomicUsize,
+    pub(super) struct Slow {
+        pub delay: Duration,
+        pub calls: std::sync::atomic::AtomicUsize,
     }
 
     impl Embedder for Slow {
@@ -304,5 +321,36 @@ mod priority_tests {
             "{waited:?}"
         );
         drop(second);
+    }
+
+    /// A stop ends a long background call before its next batch (the lane's job stays queued),
+    /// and one asked after the stop makes no model call at all.
+    #[test]
+    fn a_stop_ends_a_background_call_at_its_next_batch() {
+        let slow = Arc::new(super::tests::Slow {
+            delay: Duration::from_millis(50),
+            calls: Default::default(),
+        });
+        let priority = Arc::new(Priority::default());
+        let yielding = Arc::new(Yielding::new(slow.clone(), priority.clone()));
+        let y = yielding.clone();
+        // 400 texts: 100 batches, five seconds of model calls.
+        let long = std::thread::spawn(move || {
+            let texts = vec!["text"; 400];
+            let t = Instant::now();
+            (y.embed(&CallCtx::new("m"), &texts), t.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(120));
+        priority.stop();
+        let (result, took) = long.join().unwrap();
+        assert!(matches!(result, Err(ModelError::Stopping)), "{result:?}");
+        assert!(took < Duration::from_secs(1), "ended at its next batch: {took:?}");
+        let calls = slow.calls.load(Ordering::SeqCst);
+        assert!((2..=4).contains(&calls), "{calls} batches ran");
+        assert!(matches!(
+            yielding.embed(&CallCtx::new("m"), &["after"]),
+            Err(ModelError::Stopping)
+        ));
+        assert_eq!(slow.calls.load(Ordering::SeqCst), calls, "no model call after the stop");
     }
 }

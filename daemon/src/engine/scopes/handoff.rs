@@ -287,6 +287,12 @@ impl Engine {
                 }
             }
         }
+        if self.stopping() {
+            // Its model calls may have been cut short (a shown fact left unchecked): applied
+            // at the next start instead (see `run_job`).
+            tracing::info!(memory, job = job.n, "background job left for the next start");
+            return Ok(false);
+        }
         // Apply: the memory's lock, then the agent's.
         let read = self.read_facts_unlocked(memory)?;
         let lock = self.lock(memory);
