@@ -119,6 +119,13 @@ impl Keys {
 /// are a document's number shifted left by one).
 const KEYS_STAMPED: u64 = u64::MAX;
 
+/// Flushes a written file's data to the disk (the name it is renamed to is journaled after).
+fn sync_data(path: &Path) -> Result<(), IndexError> {
+    std::fs::File::open(path)
+        .and_then(|f| f.sync_data())
+        .map_err(|e| IndexError::io(path, e))
+}
+
 /// What tells one written index file from another: its device, inode and length. Two files
 /// that exist at once never share an inode, so after a crash between the renames the index
 /// file left in place is not the one the new keys file names.
@@ -349,6 +356,9 @@ impl Handle {
             files.keys.with_extension("keys.tmp"),
         );
         self.index.save(&index_tmp.to_string_lossy()).map_err(err)?;
+        // Both files reach the disk before their names move: the marks that say what the index
+        // holds are written after a save, and must never be ahead of it after a power loss.
+        sync_data(&index_tmp)?;
         // The rename keeps the file's identity: the keys file names the index written with it.
         let [dev, ino, len] = identity(&index_tmp)?;
         let bytes: Vec<u8> = [KEYS_STAMPED, dev, ino, len]
@@ -357,6 +367,7 @@ impl Handle {
             .flat_map(|k| k.to_le_bytes())
             .collect();
         std::fs::write(&keys_tmp, bytes).map_err(|e| IndexError::io(&keys_tmp, e))?;
+        sync_data(&keys_tmp)?;
         std::fs::rename(&keys_tmp, &files.keys).map_err(|e| IndexError::io(&files.keys, e))?;
         std::fs::rename(&index_tmp, &files.index).map_err(|e| IndexError::io(&files.index, e))?;
         self.dirty = false;
