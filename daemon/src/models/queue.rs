@@ -344,9 +344,10 @@ mod priority_tests {
         priority.stop();
         let (result, took) = long.join().unwrap();
         assert!(matches!(result, Err(ModelError::Stopping)), "{result:?}");
-        assert!(took < Duration::from_secs(1), "ended at its next batch: {took:?}");
+        // (Bounds loose enough for a loaded machine: the whole call takes five seconds.)
+        assert!(took < Duration::from_secs(3), "ended at its next batch: {took:?}");
         let calls = slow.calls.load(Ordering::SeqCst);
-        assert!((2..=4).contains(&calls), "{calls} batches ran");
+        assert!(calls < 50, "cut short: {calls} of 100 batches ran");
         assert!(matches!(
             yielding.embed(&CallCtx::new("m"), &["after"]),
             Err(ModelError::Stopping)
