@@ -152,11 +152,7 @@ impl Engine {
         let snapshot = self.peek(memory, |st| self.snapshot(st, &job.job))?;
         let started = std::time::Instant::now();
         let judged = self.judge_snapshot(memory, snapshot);
-        if self.stopping() {
-            // The stop may have cut its model calls short, and some failures leave a partial
-            // result (a fact left unscored): nothing is applied nor counted as failed; the job
-            // runs again at the next start.
-            tracing::info!(memory, job = job.n, "background job left for the next start");
+        if self.cut_short_by_stop(memory, job.n) {
             return Ok(false);
         }
         let c = &self.lane_counters;

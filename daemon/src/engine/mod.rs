@@ -372,9 +372,16 @@ impl Engine {
         }
     }
 
-    /// Whether [`Engine::stop_background`] was called.
-    pub(crate) fn stopping(&self) -> bool {
-        self.models.as_ref().is_some_and(|m| m.priority.stopping())
+    /// Asked of a lane job after it judged, before it applies: once the daemon stops
+    /// ([`Engine::stop_background`]) its model calls may have been cut short, and some failures
+    /// leave a partial result (a fact left unscored), so nothing of it is applied nor counted
+    /// as failed; the job runs again at the next start.
+    pub(crate) fn cut_short_by_stop(&self, memory: &str, job: u64) -> bool {
+        let stopping = self.models.as_ref().is_some_and(|m| m.priority.stopping());
+        if stopping {
+            tracing::info!(memory, job, "background job left for the next start");
+        }
+        stopping
     }
 
     fn lock(&self, memory: &str) -> Arc<Mutex<()>> {

@@ -287,10 +287,8 @@ impl Engine {
                 }
             }
         }
-        if self.stopping() {
-            // Its model calls may have been cut short (a shown fact left unchecked): applied
-            // at the next start instead (see `run_job`).
-            tracing::info!(memory, job = job.n, "background job left for the next start");
+        // (A shown fact left unchecked by a call the stop cut short.)
+        if self.cut_short_by_stop(memory, job.n) {
             return Ok(false);
         }
         // Apply: the memory's lock, then the agent's.
