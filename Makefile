@@ -130,7 +130,7 @@ bench-tiers: model
 # Crash proof at scale: the kill -9 loop test with 1,000 kills (the suite runs 50).
 KILLS ?= 1000
 bench-kill: model
-	RECALLD_KILLS=$(KILLS) cargo test --release -p recalld --test kill_loop -- --nocapture
+	RECALLD_KILLS=$(KILLS) cargo test --release -p recalld --test integration kill_loop:: -- --nocapture
 
 # The yardstick of issue 9: LoCoMo conversations replayed through a real daemon, evidence
 # availability per category against baselines at the same token count. Writes bench/results/.

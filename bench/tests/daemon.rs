@@ -1,6 +1,6 @@
 //! The benchmark's daemon does not outlive the benchmark.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

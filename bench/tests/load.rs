@@ -2,7 +2,7 @@
 //! `target/debug/recalld`): two hand-made agent traces with tool calls, 2 clients, 2 memories,
 //! a few dozen messages, a ceiling small enough that episodes fade and note asks are answered.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! fact; malformed and unknown evidence ids; baselines at a given token count; and one replay
 //! through a real daemon (`$RECALLD_BIN`, else `target/debug/recalld`: `cargo build -p recalld`).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::Arc;

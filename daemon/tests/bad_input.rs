@@ -1,7 +1,7 @@
 //! Bad input a new user tried, kept as tests: each is refused with `invalid_argument` on the
 //! real socket and stores nothing.
 
-mod util;
+use crate::util;
 
 use serde::Serialize;
 use serde_json::json;

@@ -4,7 +4,7 @@
 //! memory is checked: every acknowledged message is in export, no note's facts were written
 //! twice, no trace is duplicated, every fact was placed in the graph, nothing is parked.
 
-mod util;
+use crate::util;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};

@@ -1,8 +1,8 @@
 //! Data in and out on the real daemon: forget_memory removes a memory and everything derived
 //! from it (and only it), and a backup taken while serving restores to the same memories.
 
-mod convo;
-mod util;
+use crate::convo;
+use crate::util;
 
 use std::process::Command;
 

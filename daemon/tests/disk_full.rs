@@ -10,7 +10,7 @@
 //!
 //! Not root, or no tmpfs can be mounted: the test prints why and passes without running.
 
-mod util;
+use crate::util;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

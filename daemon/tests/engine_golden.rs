@@ -11,7 +11,7 @@
 //! forgotten episode's facts leave the block); (e) after a 25-hour gap (sleep, faded to the
 //! landing).
 
-mod util;
+use crate::util;
 
 use std::path::PathBuf;
 

@@ -2,7 +2,7 @@
 //! distinct people and ids kept apart), restatements merged, contradictions retired, traces
 //! append-only throughout, and re-embedding after a change of embedding model.
 
-mod util;
+use crate::util;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

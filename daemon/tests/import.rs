@@ -4,8 +4,8 @@
 //! name, and exported again: equal but for the name. Both memories then answer the next
 //! decorate identically. The data file is required.
 
-mod convo;
-mod util;
+use crate::convo;
+use crate::util;
 
 use std::io::BufRead;
 use std::path::PathBuf;

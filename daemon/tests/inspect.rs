@@ -1,8 +1,8 @@
 //! `inspect` and `memories` through the real socket, and `recalld inspect` run as a process: a
 //! conversation long enough that episodes fade, over hours of injected time.
 
-mod convo;
-mod util;
+use crate::convo;
+use crate::util;
 
 use std::process::Command;
 

@@ -4,8 +4,8 @@
 //! drain. RECALLD_KILLS sets the number of kills (default 50; the benchmark run uses 1000),
 //! RECALLD_KILL_SEED replays a run.
 
-mod convo;
-mod util;
+use crate::convo;
+use crate::util;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,7 +1,7 @@
 //! The background lane: jobs queued by report are persisted, run in order off the request
 //! path, and resumed by a new engine (a restart) when they were left queued.
 
-mod util;
+use crate::util;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

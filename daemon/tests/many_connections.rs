@@ -7,7 +7,7 @@
 //! requests in flight per connection are bounded, `max_in_flight`), so the defaults serve 200.
 //! Recall is off (`[engine] recall = false`): this measures the request path, not the model.
 
-mod util;
+use crate::util;
 
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};

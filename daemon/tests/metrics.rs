@@ -1,7 +1,7 @@
 //! The `metrics` op and `recalld metrics` (Prometheus text) on a real daemon.
 
-mod convo;
-mod util;
+use crate::convo;
+use crate::util;
 
 use std::process::Command;
 

@@ -2,7 +2,7 @@
 //! share rule lets a group use an agent's, and another uid's memory is always `not_found`.
 //! Needs root (to create users and run clients as them); CI runs as root.
 
-mod util;
+use crate::util;
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;

@@ -1,7 +1,7 @@
 //! `quiet`: waits until one memory's background jobs are done, scoped to that memory, bounded
 //! by its timeout; over the socket it answers `{"jobs": n}`.
 
-mod util;
+use crate::util;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -6,7 +6,7 @@
 //! distilled at the next message; and indexes deleted while the daemon is stopped are rebuilt at
 //! start and give the same recall.
 
-mod util;
+use crate::util;
 
 use recalld::client::Client;
 use serde_json::{json, Value};

@@ -24,7 +24,7 @@
 //!
 //! The data file is required: the test FAILS when it is missing.
 
-mod util;
+use crate::util;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -12,7 +12,7 @@
 //!
 //! The data file is required: the test FAILS when it is missing.
 
-mod util;
+use crate::util;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;

@@ -4,7 +4,7 @@
 //! shares), deleting a source removes what was distilled from it, every step is audited, and
 //! the sweep reports before it acts. Time is injected.
 
-mod util;
+use crate::util;
 
 use recalld::client::Client;
 use serde_json::{json, Value};

@@ -1,6 +1,6 @@
 //! End-to-end tests of the server: the real binary, a real socket, real LMDB.
 
-mod util;
+use crate::util;
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;

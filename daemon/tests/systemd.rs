@@ -2,7 +2,7 @@
 //! and LISTEN_PID, and NOTIFY_SOCKET a datagram socket that must hear READY=1 once it serves
 //! and STOPPING=1 when SIGTERM makes it drain. Also `recalld install-units`.
 
-mod util;
+use crate::util;
 
 use std::os::unix::io::AsRawFd;
 use std::os::unix::net::{UnixDatagram, UnixListener};

@@ -1,7 +1,7 @@
 //! The web inspector's HTTP layer against a real daemon: the Host check, the token, the op
 //! allow-list, an op forwarded and its reply or error passed back, a daemon that is not there.
 
-mod util;
+use crate::util;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
