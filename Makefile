@@ -103,11 +103,12 @@ DEB_COMPRESS ?= xz
 dist: model build-release venv ts-client
 	$(call build-dist,release,$(DIST_DIR),$(DEB_COMPRESS))
 
-# Installs what dist builds (a debug build, uncompressed, into target/dist-test) as a host
-# would: the .deb with dpkg (as root; skipped otherwise), the wheel into a fresh venv, the
-# tarball into a fresh npm project; see scripts/test-dist.sh.
+# Installs what dist builds (a debug build into target/dist-test, its .deb compressed with zstd:
+# 4 s, 105 MB against 157 uncompressed) as a host would: the .deb with dpkg (as root; skipped
+# otherwise), the wheel into a fresh venv, the tarball into a fresh npm project; see
+# scripts/test-dist.sh.
 test-dist: model build venv ts-client
-	$(call build-dist,debug,$(REPO)/target/dist-test,none)
+	$(call build-dist,debug,$(REPO)/target/dist-test,zstd)
 	RECALLD_BIN="$(REPO)/target/debug/recalld" scripts/test-dist.sh "$(REPO)/target/dist-test"
 
 # Benchmarks (not tests): latency of hello/ping and a 2 KB decorate from Rust, Python, TypeScript
