@@ -1,5 +1,5 @@
-//! The built-in embedder: all-MiniLM-L6-v2 (sentence-transformers) run with candle's BERT on
-//! the CPU, tokenised with `tokenizers`; mean pooling over real tokens, L2-normalised, 384 dims.
+//! The built-in embedder: all-MiniLM-L6-v2 (sentence-transformers) run on the CPU by our BERT
+//! encoder on candle (`bert`), tokenised with `tokenizers`; mean pooling over real tokens, L2-normalised, 384 dims.
 //! Loaded from a directory holding `model.safetensors`, `tokenizer.json` and `config.json`
 //! (`scripts/fetch-model.sh` puts them there).
 
@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
+use super::bert::{Bert, Config};
 use super::usage::{Kind, Usage};
 use super::{CallCtx, Embedder, ModelError, ModelId};
 
@@ -25,7 +25,7 @@ pub const MAX_TOKENS: usize = 256;
 
 /// all-MiniLM-L6-v2 on the CPU.
 pub struct MiniLm {
-    model: BertModel,
+    model: Bert,
     tokenizer: Tokenizer,
     dim: usize,
     batch_size: usize,
@@ -84,7 +84,7 @@ impl MiniLm {
             VarBuilder::from_mmaped_safetensors(&[dir.join("model.safetensors")], DType::F32, &device)
                 .map_err(|e| bad(format!("model.safetensors: {e}")))?
         };
-        let model = BertModel::load(vb, &config).map_err(|e| bad(format!("model.safetensors: {e}")))?;
+        let model = Bert::load(vb, &config).map_err(|e| bad(format!("model.safetensors: {e}")))?;
         let mut me = MiniLm {
             model,
             tokenizer,
@@ -134,11 +134,11 @@ impl MiniLm {
             mask.resize(mask.len() + (len - r.len()), 0);
             tokens += r.len() as u64;
         }
-        let device = &self.model.device;
+        let device = &Device::Cpu;
+        let padded = rows.iter().any(|r| r.len() < len);
         let ids = Tensor::from_vec(ids, (n, len), device).map_err(infer)?;
         let mask = Tensor::from_vec(mask, (n, len), device).map_err(infer)?;
-        let type_ids = ids.zeros_like().map_err(infer)?;
-        let hidden = self.model.forward(&ids, &type_ids, Some(&mask)).map_err(infer)?; // (n, len, dim)
+        let hidden = self.model.forward(&ids, padded.then_some(&mask)).map_err(infer)?; // (n, len, dim)
         let pooled = (|| -> candle_core::Result<Tensor> {
             let m = mask.to_dtype(DType::F32)?.unsqueeze(2)?; // (n, len, 1)
             let summed = hidden.broadcast_mul(&m)?.sum(1)?; // (n, dim)

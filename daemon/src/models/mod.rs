@@ -13,6 +13,7 @@
 //! - `rules`: the built-in judge (embedding similarity plus documented rules).
 //! - `openai`: the OpenAI-compatible embedder and judge (blocking HTTP with ureq).
 
+mod bert;
 pub mod cache;
 mod config;
 mod minilm;
