@@ -10,6 +10,7 @@ if [ ! -x "$CHROMIUM" ]; then
     echo "test-ui: $CHROMIUM is missing: installing Debian's chromium (apt-get install chromium)"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+    apt-get clean # the downloaded packages: disk a CI machine may be short of
   else
     echo "##############################################################################"
     echo "SKIP test-ui: $CHROMIUM is missing and only root can install it"
