@@ -124,12 +124,12 @@ impl Layer {
         let heads = config.num_attention_heads;
         let scale = 1.0 / ((h / heads) as f64).sqrt();
         let a = vb.pp("attention.self");
-        let (q, qb) = dense_weights(&a.pp("query"), h, h)?;
-        let (k, kb) = dense_weights(&a.pp("key"), h, h)?;
-        let (v, vb_) = dense_weights(&a.pp("value"), h, h)?;
+        let (q, q_bias) = dense_weights(&a.pp("query"), h, h)?;
+        let (k, k_bias) = dense_weights(&a.pp("key"), h, h)?;
+        let (v, v_bias) = dense_weights(&a.pp("value"), h, h)?;
         let qkv = Projection::new(
             Tensor::cat(&[(q * scale)?, k, v], 0)?,
-            Tensor::cat(&[(qb * scale)?, kb, vb_], 0)?,
+            Tensor::cat(&[(q_bias * scale)?, k_bias, v_bias], 0)?,
         )?;
         let (w, b) = dense_weights(&vb.pp("attention.output.dense"), h, h)?;
         let out = Projection::new(w, b)?;

@@ -1,5 +1,6 @@
 //! The built-in embedder: all-MiniLM-L6-v2 (sentence-transformers) run on the CPU by our BERT
-//! encoder on candle (`bert`), tokenised with `tokenizers`; mean pooling over real tokens, L2-normalised, 384 dims.
+//! encoder on candle (`bert`), tokenised with `tokenizers`; mean pooling over real tokens,
+//! L2-normalised, 384 dims.
 //! Loaded from a directory holding `model.safetensors`, `tokenizer.json` and `config.json`
 //! (`scripts/fetch-model.sh` puts them there).
 
