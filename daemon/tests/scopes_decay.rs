@@ -11,32 +11,10 @@ use recalld::store::{Store, StoreOptions};
 use recalld_protocol::ops::{DecorateArgs, ReportArgs};
 use serde_json::{json, Value};
 
+use crate::util::LetterEmbedder;
+
 const T0: f64 = 1_767_225_600.0; // 2026-01-01
 const DAY: f64 = 86_400.0;
-
-/// Vectors from letter counts: alike texts are alike without a model.
-struct LetterEmbedder;
-
-impl Embedder for LetterEmbedder {
-    fn id(&self) -> ModelId {
-        ModelId {
-            name: "test-letters".into(),
-            dim: 26,
-        }
-    }
-    fn embed(&self, _: &CallCtx, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
-        Ok(texts
-            .iter()
-            .map(|t| {
-                let mut v = vec![0f32; 26];
-                for c in t.to_lowercase().bytes().filter(u8::is_ascii_lowercase) {
-                    v[(c - b'a') as usize] += 1.0;
-                }
-                v
-            })
-            .collect())
-    }
-}
 
 /// A judge that relates facts by a rule (`relation`) and finds nothing else.
 struct RuleJudge<F>(F);

@@ -8,38 +8,14 @@ use std::sync::{Arc, Mutex};
 
 use recalld::engine::scopes::ops::ListFilter;
 use recalld::engine::{Engine, EngineConfig};
-use recalld::models::{
-    BoundaryScore, CallCtx, Embedder, Extracted, Judge, ModelError, ModelId, Models, Relation, WalkLevel,
-};
+use recalld::models::{BoundaryScore, CallCtx, Embedder, Extracted, Judge, ModelError, Models, Relation, WalkLevel};
 use recalld::store::{Store, StoreOptions};
 use recalld_protocol::ops::{DecorateArgs, ReportArgs};
 use serde_json::json;
 
+use crate::util::LetterEmbedder;
+
 const T0: f64 = 1_767_225_600.0;
-
-/// Vectors from the letters of the text: alike texts are alike, and no model is needed.
-struct LetterEmbedder;
-
-impl Embedder for LetterEmbedder {
-    fn id(&self) -> ModelId {
-        ModelId {
-            name: "test-letters".into(),
-            dim: 26,
-        }
-    }
-    fn embed(&self, _: &CallCtx, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
-        Ok(texts
-            .iter()
-            .map(|t| {
-                let mut v = vec![0f32; 26];
-                for c in t.to_lowercase().bytes().filter(u8::is_ascii_lowercase) {
-                    v[(c - b'a') as usize] += 1.0;
-                }
-                v
-            })
-            .collect())
-    }
-}
 
 /// A judge whose extraction answers from a script: a list of facts, or an error.
 struct ScriptedJudge {

@@ -1,4 +1,5 @@
-//! Test helpers: start the real daemon binary on a temp socket and data dir.
+//! Test helpers: start the real daemon binary on a temp socket and data dir; model doubles
+//! for tests that drive the engine without the built-in model.
 
 #![allow(dead_code)]
 
@@ -7,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use recalld::client::Client;
+use recalld::models::{CallCtx, Embedder, ModelError, ModelId};
 use serde_json::Value;
 
 pub struct Daemon {
@@ -147,4 +149,28 @@ pub fn indexed_ids(export: &Value) -> Vec<u64> {
         .collect();
     ids.sort_unstable();
     ids
+}
+
+/// Vectors from letter counts: alike texts are alike without a model.
+pub struct LetterEmbedder;
+
+impl Embedder for LetterEmbedder {
+    fn id(&self) -> ModelId {
+        ModelId {
+            name: "test-letters".into(),
+            dim: 26,
+        }
+    }
+    fn embed(&self, _: &CallCtx, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut v = vec![0f32; 26];
+                for c in t.to_lowercase().bytes().filter(u8::is_ascii_lowercase) {
+                    v[(c - b'a') as usize] += 1.0;
+                }
+                v
+            })
+            .collect())
+    }
 }
