@@ -170,9 +170,13 @@ async fn run(
         "decorate" => {
             let a = args_with_payload(request.args, "request", |a: &mut DecorateArgs, v| a.request = v)?;
             let engine = state.engine.clone();
-            let (request, info) = blocking(move || engine.decorate_as(a, |r| encode_value(&r))).await?;
+            let (request, mut info) = blocking(move || engine.decorate_as(a, |r| encode_value(&r))).await?;
+            // Encoded ahead too, its episodes straight from their records; what names memories
+            // is in its other fields.
+            unqualify(&mut info.fields, peer);
+            encoded.push(("info".into(), encode_value(&info)));
             encoded.push(("request".into(), request));
-            Ok(object([("info", info)]))
+            Ok(Value::Object(Map::new()))
         }
         "report" => {
             let a = args_with_payload(request.args, "response", |a: &mut ReportArgs, v| a.response = v)?;
