@@ -67,6 +67,74 @@ fn a_nan_or_negative_now_is_an_invalid_argument_and_stores_nothing() {
     .unwrap();
 }
 
+/// A non-finite number inside a request's tools (which the daemon otherwise passes through
+/// unread) is refused like one anywhere else, naming where it is.
+#[test]
+fn a_nan_in_a_requests_tools_is_an_invalid_argument_naming_it() {
+    // Written as MessagePack from typed fields: a JSON value cannot hold the NaN.
+    #[derive(Serialize)]
+    struct Tool {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        function: serde_json::Value,
+        weight: f64,
+    }
+    #[derive(Serialize)]
+    struct Request {
+        model: &'static str,
+        messages: serde_json::Value,
+        tools: [Tool; 2],
+    }
+    #[derive(Serialize)]
+    struct Args {
+        memory: &'static str,
+        request: Request,
+        now: f64,
+    }
+    #[derive(Serialize)]
+    struct Body {
+        id: u64,
+        op: &'static str,
+        args: Args,
+    }
+    let d = Daemon::start();
+    let mut c = d.client();
+    let tool = |weight: f64| Tool {
+        kind: "function",
+        function: json!({"name": "lookup", "description": "Finds a booking by its code, six letters.", "parameters": {"type": "object", "properties": {"code": {"type": "string", "description": "the booking's code"}}}}),
+        weight,
+    };
+    let body = |id: u64, weight: f64| {
+        rmp_serde::to_vec_named(&Body {
+            id,
+            op: "decorate",
+            args: Args {
+                memory: "tools",
+                request: Request {
+                    model: "gpt-4o",
+                    messages: json!([{"role": "user", "content": "hi"}]),
+                    tools: [tool(0.5), tool(weight)],
+                },
+                now: 1000.0,
+            },
+        })
+        .unwrap()
+    };
+    c.send_raw_body(&body(21, f64::NAN)).unwrap();
+    let err = c.recv().unwrap().err.expect("a NaN in the tools was accepted");
+    assert_eq!(err.code.as_str(), "invalid_argument", "{}", err.message);
+    assert!(
+        err.message.contains("args.request.tools[1].weight"),
+        "the message names where: {}",
+        err.message
+    );
+    assert_eq!(code(c.call("export", json!({"memory": "tools"}))), "not_found");
+    c.send_raw_body(&body(22, 0.25)).unwrap();
+    let reply = c.recv().unwrap();
+    assert!(reply.err.is_none(), "{:?}", reply.err);
+    assert_eq!(reply.ok.unwrap()["request"]["tools"][1]["weight"], 0.25);
+}
+
 #[test]
 fn a_chat_tool_output_without_its_call_is_refused_naming_the_message() {
     let d = Daemon::start();

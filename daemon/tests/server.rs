@@ -38,6 +38,51 @@ fn ping_echoes_its_payload() {
     );
 }
 
+/// A decorate's tools are passed through as their bytes (not decoded and encoded again): they
+/// come back as sent, key order and all, in every format, and the format is still told by them.
+#[test]
+fn a_decorates_tools_come_back_as_sent() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    // Keys in an order of their own, more than the few hundred bytes worth passing through.
+    let schema = json!({"required": ["id"], "type": "object", "properties": {"id": {"description": "the booking's code, six letters ✓", "type": "string"}}});
+    let chat_tools: Vec<Value> = (0..3)
+        .map(|i| json!({"function": {"parameters": schema, "name": format!("lookup_{i}"), "description": "Finds a booking."}, "type": "function"}))
+        .collect();
+    let anthropic_tools: Vec<Value> = (0..3)
+        .map(|i| json!({"name": format!("lookup_{i}"), "input_schema": schema, "description": "Finds a booking."}))
+        .collect();
+    let requests = [
+        (
+            "chat",
+            json!({"model": "gpt-4o", "tools": chat_tools, "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Where is my booking?"}], "temperature": 0.0}),
+        ),
+        (
+            "anthropic",
+            json!({"model": "claude", "max_tokens": 100, "tools": anthropic_tools, "messages": [{"role": "user", "content": "Where is my booking?"}]}),
+        ),
+    ];
+    for (memory, request) in requests {
+        let sent = request["tools"].clone();
+        let out = c
+            .call("decorate", json!({"memory": memory, "request": request, "now": 1000.0}))
+            .unwrap();
+        let back = &out["request"];
+        assert_eq!(
+            serde_json::to_string(&back["tools"]).unwrap(),
+            serde_json::to_string(&sent).unwrap(),
+            "{memory}"
+        );
+        assert_eq!(back["model"], request["model"]);
+        // Anthropic's (told by the tools alone here) keeps its user message as it was; Chat its system prompt.
+        assert_eq!(
+            back["messages"].as_array().unwrap().last().unwrap()["content"],
+            "Where is my booking?"
+        );
+        assert_eq!(back.get("temperature").is_some(), memory == "chat");
+    }
+}
+
 /// The typed calls the load benchmark makes: arguments encoded from borrowed data, a reply read
 /// field by field (what it does not name skipped), refusals as errors, the connection in step.
 #[test]

@@ -3,14 +3,15 @@
 //!
 //! - `frames`: a byte stream cut into arbitrary reads goes through the frame decoder and every
 //!   body through the envelope decoder. No panic; a body is never over the limit; a request
-//!   that decodes encodes and decodes to itself.
+//!   that decodes encodes and decodes to itself, and decodes alike when decorate's tools are
+//!   passed through as bytes (the daemon's decoder).
 //! - `requests`: JSON text goes through the provider-request and reply parsers (Chat
 //!   Completions, Responses, Anthropic Messages). No panic; a request that parses renders to a
 //!   request that parses, and rendering is a fixpoint from there.
 
 use bytes::BytesMut;
 use recalld_protocol::envelope::decode_reply;
-use recalld_protocol::{decode_request, encode_request, Frame, FrameDecoder};
+use recalld_protocol::{decode_request, decode_request_lean, encode_request, Frame, FrameDecoder};
 
 /// The first byte sets the frame limit, the second the read size; the rest is the stream.
 pub fn frames(data: &[u8]) {
@@ -38,10 +39,19 @@ pub fn frames(data: &[u8]) {
 }
 
 fn envelope(body: &[u8]) {
-    if let Ok(request) = decode_request(body) {
-        let again = decode_request(&encode_request(&request)).expect("an encoded request decodes");
-        assert_eq!(again, request, "a request survives encoding");
+    let decoded = decode_request(body);
+    if let Ok(request) = &decoded {
+        let again = decode_request(&encode_request(request)).expect("an encoded request decodes");
+        assert_eq!(&again, request, "a request survives encoding");
     }
+    let lean = decode_request_lean(body).map(|(mut request, tools)| {
+        if let Some(tools) = tools {
+            let slot = request.args.get_mut("request").and_then(|r| r.get_mut("tools"));
+            *slot.expect("tools taken out leave their place") = tools.to_value();
+        }
+        request
+    });
+    assert_eq!(lean, decoded, "the daemon's decoder reads what the plain one reads");
     let _ = decode_reply(body);
 }
 

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{ErrorBody, ErrorCode};
+use crate::raw::Raw;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Request {
@@ -111,6 +112,16 @@ pub fn decode_request(body: &[u8]) -> Result<Request, BadRequest> {
         ));
     }
     Ok(Request { id, op, args })
+}
+
+/// [`decode_request`], with decorate's `args.request.tools` kept as its bytes when they can be
+/// passed through unread ([`crate::raw::take_decorate_tools`]; the field is then null in
+/// `args`). The daemon decodes this way; what it decodes is the same request either way.
+pub fn decode_request_lean(body: &[u8]) -> Result<(Request, Option<Raw>), BadRequest> {
+    match crate::raw::take_decorate_tools(body) {
+        Some((lean, tools)) => decode_request(&lean).map(|r| (r, Some(tools))),
+        None => decode_request(body).map(|r| (r, None)),
+    }
 }
 
 /// Encodes a request body (named maps).

@@ -8,12 +8,15 @@ pub mod error;
 mod finite;
 pub mod frame;
 pub mod ops;
+pub mod raw;
 
 pub use envelope::{
-    decode_request, encode_reply, encode_reply_into, encode_request, encode_request_into, encode_value, Reply, Request,
+    decode_request, decode_request_lean, encode_reply, encode_reply_into, encode_request, encode_request_into,
+    encode_value, Reply, Request,
 };
 pub use error::{ErrorBody, ErrorCode};
 pub use frame::{encode_frame, encode_frame_with, Frame, FrameDecoder, FrameError, DEFAULT_MAX_FRAME_BYTES};
+pub use raw::Raw;
 
 /// The protocol version this build speaks natively.
 pub const PROTOCOL_VERSION: u32 = 1;

@@ -90,7 +90,7 @@ impl Engine {
             .iter()
             .map(|m| tokens::message_tokens(m) as u64)
             .sum();
-        fixed += tokens::json_tokens(&parsed.rest) as u64;
+        fixed += tokens::json_tokens(&parsed.rest, parsed.tools.as_ref()) as u64;
         // The facts block counted line by line: its lines are reordered by activation as time
         // passes and grow by a note's facts, so the whole text is seldom the one counted last
         // time, while nearly every line is (encoding it whole was a tenth of decorate's CPU at
@@ -307,6 +307,7 @@ impl Engine {
             std::mem::take(&mut parsed.instructions),
             messages,
             std::mem::take(&mut parsed.rest),
+            parsed.tools.take(),
             &extra_tools,
         );
         let assembled = Assembled {

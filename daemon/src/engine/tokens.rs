@@ -2,6 +2,7 @@
 //! corrected per model by the ratio the provider's own counts teach us.
 
 use crate::formats::Message;
+use recalld_protocol::Raw;
 
 /// Tokens a chat message costs beyond its text (role, separators), as providers count.
 const PER_MESSAGE: u32 = 4;
@@ -125,8 +126,9 @@ impl PieceCounts {
 /// The count of a JSON object as text (a request's fields besides its messages: the model, the
 /// tools' schemas, ...), remembered by a hash of its values: they come back unchanged call after
 /// call, and writing them out as text to look the count up was 5% of decorate's CPU on agent
-/// traffic.
-pub fn json_tokens(fields: &serde_json::Map<String, serde_json::Value>) -> u32 {
+/// traffic. `tools`: the object's `tools` as bytes, when it holds a null in their place (the
+/// bytes are hashed, and read only for a count not remembered).
+pub fn json_tokens(fields: &serde_json::Map<String, serde_json::Value>, tools: Option<&Raw>) -> u32 {
     use std::hash::Hasher;
     fn walk(v: &serde_json::Value, h: &mut impl Hasher) -> usize {
         use serde_json::Value;
@@ -181,8 +183,23 @@ pub fn json_tokens(fields: &serde_json::Map<String, serde_json::Value>) -> u32 {
         })
         .sum();
     // Told apart from a text's key by the high bit of its size.
+    let size = size
+        + tools.map_or(0, |t| {
+            h.write(t.bytes());
+            t.bytes().len()
+        });
     let key = (size | 1 << (usize::BITS - 1), h.finish());
-    remembered_or(key, || encode(&serde_json::to_string(fields).unwrap_or_default()))
+    remembered_or(key, || {
+        let text = match tools {
+            Some(t) if fields.get("tools").is_some_and(serde_json::Value::is_null) => {
+                let mut whole = fields.clone();
+                whole.insert("tools".into(), t.to_value());
+                serde_json::to_string(&whole)
+            }
+            _ => serde_json::to_string(fields),
+        };
+        encode(&text.unwrap_or_default())
+    })
 }
 
 /// A line of a block or a fact's note: the same ones come back call after call, so their counts
@@ -296,17 +313,30 @@ mod tests {
         };
         let as_text = |m: &serde_json::Map<String, serde_json::Value>| encode(&serde_json::to_string(m).unwrap());
         let tools = fields("Searches the catalogue by title or author.");
-        assert_eq!(json_tokens(&tools), as_text(&tools));
-        assert_eq!(json_tokens(&tools), as_text(&tools), "from the memo");
+        assert_eq!(json_tokens(&tools, None), as_text(&tools));
+        assert_eq!(json_tokens(&tools, None), as_text(&tools), "from the memo");
         let edited = fields("Searches the catalogue by title, author or year of the edition.");
-        assert_eq!(json_tokens(&edited), as_text(&edited));
-        assert_ne!(json_tokens(&edited), json_tokens(&tools));
+        assert_eq!(json_tokens(&edited, None), as_text(&edited));
+        assert_ne!(json_tokens(&edited, None), json_tokens(&tools, None));
         // The same words moved to another field are another request.
         let mut moved = tools.clone();
         moved.insert("modelx".into(), moved["model"].clone());
         moved.remove("model");
-        assert_eq!(json_tokens(&moved), as_text(&moved));
-        assert_eq!(json_tokens(&serde_json::Map::new()), encode("{}"));
+        assert_eq!(json_tokens(&moved, None), as_text(&moved));
+        assert_eq!(json_tokens(&serde_json::Map::new(), None), encode("{}"));
+        // Tools that came as bytes, a null in their place: the same count, and an edit of them
+        // is counted anew.
+        let as_bytes = |m: &serde_json::Map<String, serde_json::Value>| {
+            let mut lean = m.clone();
+            let raw = Raw::of(&lean["tools"]);
+            lean["tools"] = serde_json::Value::Null;
+            (lean, raw)
+        };
+        let (lean, raw) = as_bytes(&tools);
+        assert_eq!(json_tokens(&lean, Some(&raw)), as_text(&tools));
+        assert_eq!(json_tokens(&lean, Some(&raw)), as_text(&tools), "from the memo");
+        let (lean_edited, raw_edited) = as_bytes(&edited);
+        assert_eq!(json_tokens(&lean_edited, Some(&raw_edited)), as_text(&edited));
     }
 
     #[test]

@@ -269,7 +269,8 @@ pub(crate) fn render<'a>(all: impl Iterator<Item = Cow<'a, Message>>) -> (Option
 /// developer, tool); else when a message holds tool_use/tool_result blocks. A minimal request
 /// (`model`, `max_tokens`, plain `messages`) reads the same in both: Messages clients mark it
 /// with a `system` field (an empty string is left out of the decorated request).
-pub(crate) fn is_messages_request(obj: &Map<String, Value>) -> bool {
+/// `raw_tools`: the request's tools when they came as bytes (its `tools` is then null).
+pub(crate) fn is_messages_request(obj: &Map<String, Value>, raw_tools: Option<&recalld_protocol::Raw>) -> bool {
     const ANTHROPIC_ONLY: [&str; 4] = ["system", "top_k", "stop_sequences", "thinking"];
     const CHAT_ONLY: [&str; 9] = [
         "max_completion_tokens",
@@ -289,7 +290,9 @@ pub(crate) fn is_messages_request(obj: &Map<String, Value>) -> bool {
         return false;
     }
     let tools: &[Value] = obj.get("tools").and_then(Value::as_array).map_or(&[], Vec::as_slice);
-    if tools.iter().any(|t| t.get("input_schema").is_some()) {
+    if tools.iter().any(|t| t.get("input_schema").is_some())
+        || raw_tools.is_some_and(|t| t.has_item_with_key("input_schema"))
+    {
         return true;
     }
     let messages: &[Value] = obj.get("messages").and_then(Value::as_array).map_or(&[], Vec::as_slice);
@@ -365,6 +368,7 @@ mod tests {
     #[test]
     fn requests_are_told_apart_from_chat() {
         let o = |v: Value| v.as_object().unwrap().clone();
+        let is_messages_request = |o: &Map<String, Value>| is_messages_request(o, None);
         assert!(is_messages_request(&o(json!({"system": "s", "messages": []}))));
         assert!(is_messages_request(&o(
             json!({"system": "", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]})
@@ -384,5 +388,16 @@ mod tests {
         assert!(is_messages_request(&o(
             json!({"tools": [{"name": "t", "input_schema": {}}], "messages": []})
         )));
+        // Tools that came as bytes are read for it too.
+        let raw = |v: Value| Some(recalld_protocol::Raw::of(&v));
+        let placeholder = o(json!({"tools": null, "messages": []}));
+        assert!(super::is_messages_request(
+            &placeholder,
+            raw(json!([{"name": "t", "input_schema": {}}])).as_ref()
+        ));
+        assert!(!super::is_messages_request(
+            &placeholder,
+            raw(json!([{"type": "function"}])).as_ref()
+        ));
     }
 }

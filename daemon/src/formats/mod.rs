@@ -24,7 +24,7 @@ use sha2::{Digest, Sha256};
 pub use note::{
     note_arguments, note_tool, recall_arguments, recall_tool, remember_arguments, remember_tool, NoteFact, Remember,
 };
-pub use request::{parse_request, render_request, render_request_moving, ParsedRequest, Rendered};
+pub use request::{parse_request, parse_request_with, render_request, render_request_moving, ParsedRequest, Rendered};
 pub use response::{parse_response, remove_tool_calls, ParsedResponse, Usage};
 
 /// Reads back one message as stored and exported (`raw` in its provider `format`): the same

@@ -1,5 +1,6 @@
 //! Requests: provider JSON to instructions + history + pass-through fields, and back.
 
+use recalld_protocol::Raw;
 use serde_json::{json, Map, Value};
 use std::borrow::{Borrow, Cow};
 
@@ -30,18 +31,34 @@ pub struct ParsedRequest {
     /// and in order (a null or empty `input` and a null `instructions` stay here; rendered
     /// message fields take precedence over them).
     pub rest: Map<String, Value>,
+    /// The `tools` field as its bytes, passed through unread (`rest` holds a null in its place,
+    /// see [`parse_request_with`]).
+    pub tools: Option<Raw>,
 }
 
 /// Reads a request. `messages` → Chat Completions; else `input` (string or list) or
 /// `instructions` → Responses; neither → error. A Responses `input` string is one user message.
 /// The request is taken, not copied: its Chat messages become the messages' `raw`.
 pub fn parse_request(v: Value) -> Result<ParsedRequest, FormatError> {
-    let mut obj = match v {
+    parse_request_with(v, None)
+}
+
+/// [`parse_request`] of a request whose `tools` came as bytes (`tools`; the request holds a null
+/// in their place): they are read only to tell the format, and rendered back as they came.
+pub fn parse_request_with(v: Value, tools: Option<Raw>) -> Result<ParsedRequest, FormatError> {
+    let obj = match v {
         Value::Object(obj) => obj,
         other => return Err(wrong("request", "an object", &other)),
     };
+    let tools = tools.filter(|_| obj.get("tools").is_some_and(Value::is_null));
+    let mut parsed = parse_object(obj, tools.as_ref())?;
+    parsed.tools = tools;
+    Ok(parsed)
+}
+
+fn parse_object(mut obj: Map<String, Value>, raw_tools: Option<&Raw>) -> Result<ParsedRequest, FormatError> {
     let model = obj.get("model").and_then(Value::as_str).map(str::to_string);
-    if obj.contains_key("messages") && messages::is_messages_request(&obj) {
+    if obj.contains_key("messages") && messages::is_messages_request(&obj, raw_tools) {
         return parse_messages_request(&obj, model);
     }
     // `shift_remove` keeps the other fields in their order (they render back as they came).
@@ -70,6 +87,7 @@ pub fn parse_request(v: Value) -> Result<ParsedRequest, FormatError> {
             max_output_tokens,
             model,
             rest: obj,
+            tools: None,
         });
     }
     if !obj.contains_key("input") && !obj.contains_key("instructions") {
@@ -134,6 +152,7 @@ pub fn parse_request(v: Value) -> Result<ParsedRequest, FormatError> {
                 })
                 .collect::<Vec<_>>(),
         ),
+        tools: None,
     })
 }
 
@@ -160,6 +179,7 @@ fn parse_messages_request(obj: &Map<String, Value>, model: Option<String>) -> Re
         max_output_tokens: obj.get("max_tokens").and_then(Value::as_u64),
         model,
         rest: without(obj, &["messages", "system"]),
+        tools: None,
     })
 }
 
@@ -198,7 +218,7 @@ pub fn render_request<M: Borrow<Message>>(
     extra_tools: &[Value],
 ) -> Value {
     let messages = messages.iter().map(|m| Cow::Borrowed(m.borrow())).collect();
-    render_request_moving(format, instructions.to_vec(), messages, rest.clone(), extra_tools).into_value()
+    render_request_moving(format, instructions.to_vec(), messages, rest.clone(), None, extra_tools).into_value()
 }
 
 /// [`render_request`] for messages that may be owned or borrowed, rendered as a [`Rendered`]:
@@ -206,11 +226,14 @@ pub fn render_request<M: Borrow<Message>>(
 /// copied (assembly renders the stored messages in view, and the reply is encoded from them
 /// while the memory's state is held), and the instructions and `rest` move in (assembly moves
 /// in what the request itself sent: a system prompt and tool definitions can be most of it).
+/// `tools` are the request's tools as bytes (`rest` holding a null in their place), written
+/// back as they came unless `extra_tools` join them.
 pub fn render_request_moving<'a>(
     format: Format,
     instructions: Vec<Message>,
     messages: Vec<Cow<'a, Message>>,
     rest: Map<String, Value>,
+    mut tools: Option<Raw>,
     extra_tools: &[Value],
 ) -> Rendered<'a> {
     let mut out = Map::new();
@@ -270,7 +293,13 @@ pub fn render_request_moving<'a>(
             out.insert(k, v);
         }
     }
+    if !out.get("tools").is_some_and(Value::is_null) {
+        tools = None;
+    }
     if !extra_tools.is_empty() {
+        if let Some(raw) = tools.take() {
+            out.insert("tools".into(), raw.to_value());
+        }
         let tools = out.entry("tools").or_insert_with(|| Value::Array(Vec::new()));
         if !tools.is_array() {
             *tools = Value::Array(Vec::new());
@@ -284,7 +313,11 @@ pub fn render_request_moving<'a>(
             }
         }
     }
-    Rendered { fields: out, list }
+    Rendered {
+        fields: out,
+        list,
+        tools,
+    }
 }
 
 /// A provider request as [`render_request_moving`] builds it: a JSON object whose message list
@@ -296,18 +329,65 @@ pub struct Rendered<'a> {
     fields: Map<String, Value>,
     /// The messages (`messages`) or items (`input`).
     list: Option<(&'static str, Vec<Cow<'a, Value>>)>,
+    /// The request's `tools` as they came, in the place of the null `fields` holds for them.
+    tools: Option<Raw>,
 }
 
-impl Rendered<'_> {
+/// One field's value as [`Rendered`] writes it.
+enum Field<'r> {
+    List(&'r [Cow<'r, Value>]),
+    Raw(&'r Raw),
+    Value(&'r Value),
+}
+
+impl<'a> Rendered<'a> {
     /// The request as a JSON value (the messages in view copied).
     pub fn into_value(self) -> Value {
-        let Rendered { mut fields, list } = self;
+        let Rendered {
+            mut fields,
+            list,
+            tools,
+        } = self;
         if let Some((key, items)) = list {
             if let Some(slot) = fields.get_mut(key) {
                 *slot = Value::Array(items.into_iter().map(Cow::into_owned).collect());
             }
         }
+        if let (Some(raw), Some(slot)) = (tools, fields.get_mut("tools")) {
+            *slot = raw.to_value();
+        }
         Value::Object(fields)
+    }
+
+    fn each(&self) -> impl Iterator<Item = (&str, Field<'_>)> {
+        self.fields.iter().map(|(k, v)| {
+            let field = match (&self.list, &self.tools) {
+                (Some((key, items)), _) if key == k => Field::List(items),
+                (_, Some(raw)) if k == "tools" => Field::Raw(raw),
+                _ => Field::Value(v),
+            };
+            (k.as_str(), field)
+        })
+    }
+
+    /// The request as MessagePack, the bytes its `Serialize` writes with named maps but for the
+    /// tools, written as they came.
+    pub fn to_msgpack(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        rmp::encode::write_map_len(&mut out, self.fields.len() as u32).expect("writing to a Vec");
+        for (k, field) in self.each() {
+            rmp::encode::write_str(&mut out, k).expect("writing to a Vec");
+            match field {
+                Field::List(items) => rmp_serde::encode::write_named(&mut out, items),
+                Field::Value(v) => rmp_serde::encode::write_named(&mut out, v),
+                Field::Raw(raw) => {
+                    out.extend_from_slice(raw.bytes());
+                    Ok(())
+                }
+            }
+            .expect("a JSON value always encodes");
+        }
+        out
     }
 }
 
@@ -315,10 +395,11 @@ impl serde::Serialize for Rendered<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let mut map = s.serialize_map(Some(self.fields.len()))?;
-        for (k, v) in &self.fields {
-            match &self.list {
-                Some((key, items)) if key == k => map.serialize_entry(k, items)?,
-                _ => map.serialize_entry(k, v)?,
+        for (k, field) in self.each() {
+            match field {
+                Field::List(items) => map.serialize_entry(k, items)?,
+                Field::Raw(raw) => map.serialize_entry(k, &raw.to_value())?,
+                Field::Value(v) => map.serialize_entry(k, v)?,
             }
         }
         map.end()

@@ -18,14 +18,77 @@ fn assert_encodes_as_its_value(p: &ParsedRequest, to: Format) {
     let render = || {
         let messages = p.history.iter().map(std::borrow::Cow::Borrowed).collect();
         let tool = json!({"type": "function", "function": {"name": "note"}});
-        render_request_moving(to, p.instructions.clone(), messages, p.rest.clone(), &[tool])
+        render_request_moving(
+            to,
+            p.instructions.clone(),
+            messages,
+            p.rest.clone(),
+            p.tools.clone(),
+            &[tool],
+        )
     };
     let encoded = rmp_serde::to_vec_named(&render()).unwrap();
-    assert_eq!(
-        encoded,
-        rmp_serde::to_vec_named(&render().into_value()).unwrap(),
-        "{to:?}"
-    );
+    let value = rmp_serde::to_vec_named(&render().into_value()).unwrap();
+    assert_eq!(encoded, value, "{to:?}");
+    assert_eq!(render().to_msgpack(), value, "{to:?}");
+}
+
+/// `v` with its tools taken out as bytes, as the server decodes a decorate.
+fn with_raw_tools(v: &Value) -> (Value, recalld_protocol::Raw) {
+    let mut lean = v.clone();
+    let raw = recalld_protocol::Raw::of(&lean["tools"]);
+    lean["tools"] = Value::Null;
+    (lean, raw)
+}
+
+#[test]
+fn tools_that_came_as_bytes_are_written_back_as_they_came() {
+    let chat_tools = json!([{"type": "function", "function": {"name": "lookup", "description": "Finds ✓ things",
+        "parameters": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}}}]);
+    let requests = [
+        json!({"model": "m", "tools": chat_tools, "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}], "temperature": 0.5}),
+        json!({"model": "m", "instructions": "S", "tools": [{"type": "function", "name": "lookup", "parameters": {}}], "input": "U"}),
+        json!({"model": "m", "max_tokens": 10, "tools": [{"name": "lookup", "input_schema": {"type": "object"}}], "messages": [{"role": "user", "content": "U"}]}),
+    ];
+    for v in requests {
+        let full = parse_request(v.clone()).unwrap();
+        let (lean, raw) = with_raw_tools(&v);
+        let p = parse_request_with(lean, Some(raw.clone())).unwrap();
+        assert_eq!(p.format, full.format, "the format is told from the bytes too");
+        assert_eq!(p.rest["tools"], Value::Null);
+        assert_eq!(p.tools.as_ref(), Some(&raw));
+        fn render<'p>(p: &'p ParsedRequest, extra: &[Value]) -> Rendered<'p> {
+            let messages = p.history.iter().map(std::borrow::Cow::Borrowed).collect();
+            render_request_moving(
+                p.format,
+                p.instructions.clone(),
+                messages,
+                p.rest.clone(),
+                p.tools.clone(),
+                extra,
+            )
+        }
+        // As they came: the same bytes as the request decoded whole, the tools in their place.
+        assert_eq!(
+            render(&p, &[]).to_msgpack(),
+            rmp_serde::to_vec_named(&render(&full, &[])).unwrap(),
+            "{:?}",
+            p.format
+        );
+        assert_eq!(render(&p, &[]).into_value(), v);
+        // With the note tool joining them, read and joined as before.
+        let note = [note_tool(p.format, "note")];
+        assert_eq!(render(&p, &note).into_value(), render(&full, &note).into_value());
+        assert_eq!(
+            render(&p, &note).to_msgpack(),
+            rmp_serde::to_vec_named(&render(&full, &note)).unwrap()
+        );
+        assert_encodes_as_its_value(&p, p.format);
+    }
+    // Bytes handed in for a request whose tools are not null are not its tools.
+    let v = json!({"model": "m", "tools": [], "messages": [{"role": "user", "content": "U"}]});
+    let p = parse_request_with(v, Some(recalld_protocol::Raw::of(&json!([1])))).unwrap();
+    assert!(p.tools.is_none());
 }
 
 fn err(v: Value) -> String {

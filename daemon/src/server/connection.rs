@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use recalld_protocol::{
-    decode_request, encode_frame, encode_frame_with, encode_reply, encode_reply_into, ErrorBody, ErrorCode, Frame,
+    decode_request_lean, encode_frame, encode_frame_with, encode_reply, encode_reply_into, ErrorBody, ErrorCode, Frame,
     FrameDecoder, FrameError, Reply,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -71,8 +71,8 @@ async fn serve(stream: UnixStream, state: &Arc<AppState>, peer: &Arc<Peer>, mut 
                 }
                 Frame::Body(body) => body,
             };
-            let request = match decode_request(&body) {
-                Ok(request) => request,
+            let (request, tools) = match decode_request_lean(&body) {
+                Ok(decoded) => decoded,
                 Err(bad) => {
                     Counters::bump(&state.counters.bad_frames_total);
                     tracing::warn!(bytes = body.len(), error = %bad.error.message, "bad request frame");
@@ -89,7 +89,7 @@ async fn serve(stream: UnixStream, state: &Arc<AppState>, peer: &Arc<Peer>, mut 
             let peer = peer.clone();
             let tx = tx.clone();
             in_flight.spawn(async move {
-                let reply = dispatch::handle(&state, &peer, request, body.len()).await;
+                let reply = dispatch::handle(&state, &peer, request, tools, body.len()).await;
                 let _ = tx.send(reply).await;
                 drop(permit);
             });

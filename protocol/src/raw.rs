@@ -1,0 +1,411 @@
+//! A part of a request kept as its MessagePack bytes, passed through without being read.
+//!
+//! A provider request's tool definitions are often most of its bytes (9 KB of schemas in a
+//! tau-bench request), come back unchanged with every call, and are read by the daemon only to
+//! be written back into the request it assembles. Decoding them into JSON values, one small
+//! allocation per key and string, and encoding them again was a fifth of the request path's
+//! work on agent traffic (docs/benchmarks.md, session 46). So decorate's `args.request.tools`
+//! is taken out of the body before it is decoded ([`take_decorate_tools`]) when its bytes
+//! decode to exactly the JSON value they stand for, and written back as they came.
+
+use serde_json::Value;
+
+/// One MessagePack value's bytes, checked to be a JSON value: string keys, each once per map;
+/// UTF-8 strings; finite numbers; no binary or extension types.
+#[derive(Debug, Clone)]
+pub struct Raw(Vec<u8>);
+
+impl Raw {
+    /// The bytes of `value` as [`encode_value`](crate::encode_value) writes them.
+    pub fn of(value: &Value) -> Raw {
+        Raw(crate::encode_value(value))
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The JSON value the bytes stand for.
+    pub fn to_value(&self) -> Value {
+        rmp_serde::from_slice(&self.0).expect("a Raw holds a checked JSON value")
+    }
+
+    /// Whether the value is an array with an element that is a map holding `key` (a provider
+    /// request's tools: Anthropic's have `input_schema`).
+    pub fn has_item_with_key(&self, key: &str) -> bool {
+        let mut r = Reader { buf: &self.0, at: 0 };
+        let Some(n) = r.array_len() else { return false };
+        for _ in 0..n {
+            let Some(fields) = r.map_len() else {
+                if r.skip().is_none() {
+                    return false;
+                }
+                continue;
+            };
+            for _ in 0..fields {
+                let k = r.str();
+                if k == Some(key.as_bytes()) {
+                    return true;
+                }
+                if k.is_none() || r.skip().is_none() {
+                    return false;
+                }
+            }
+        }
+        false
+    }
+}
+
+/// Equal when they stand for equal JSON values (two encodings of one value are equal).
+impl PartialEq for Raw {
+    fn eq(&self, other: &Raw) -> bool {
+        self.0 == other.0 || self.to_value() == other.to_value()
+    }
+}
+
+/// Values smaller than this are decoded as before: passing them through saves nothing.
+const SMALLEST: usize = 256;
+
+/// Nesting deeper than this is left to the decoder (and its errors).
+const DEEPEST: usize = 64;
+
+/// `body` with a decorate request's `args.request.tools` replaced by nil, and the bytes it held;
+/// `None` when `body` is not such a request, the field is small, or its bytes would not decode
+/// to the same JSON value (see [`Raw`]; non-finite numbers are refused by the decoder, which
+/// names where they are, and a key written twice keeps only its last value there), or when the
+/// envelope or the path to the field is anything but plain (a key twice, a key not a string).
+pub fn take_decorate_tools(body: &[u8]) -> Option<(Vec<u8>, Raw)> {
+    let mut r = Reader { buf: body, at: 0 };
+    let top = r.fields(&[b"op", b"args"])?;
+    let (op, args) = (top[0]?, top[1]?);
+    if Reader::at(body, op).str()? != &b"decorate"[..] {
+        return None;
+    }
+    let request = Reader::at(body, args).fields(&[b"request"])?[0]?;
+    let tools = Reader::at(body, request).fields(&[b"tools"])?[0]?;
+    let mut r = Reader::at(body, tools);
+    r.check(DEEPEST)?;
+    let end = r.at;
+    if end - tools < SMALLEST {
+        return None;
+    }
+    let mut lean = Vec::with_capacity(body.len() - (end - tools) + 1);
+    lean.extend_from_slice(&body[..tools]);
+    lean.push(NIL);
+    lean.extend_from_slice(&body[end..]);
+    Some((lean, Raw(body[tools..end].to_vec())))
+}
+
+const NIL: u8 = 0xc0;
+
+/// A cursor over MessagePack bytes; every read returns `None` past the end or on a marker it
+/// does not expect.
+struct Reader<'b> {
+    buf: &'b [u8],
+    at: usize,
+}
+
+impl<'b> Reader<'b> {
+    fn at(buf: &'b [u8], at: usize) -> Reader<'b> {
+        Reader { buf, at }
+    }
+
+    fn take(&mut self, n: usize) -> Option<&'b [u8]> {
+        let end = self.at.checked_add(n)?;
+        let s = self.buf.get(self.at..end)?;
+        self.at = end;
+        Some(s)
+    }
+
+    fn byte(&mut self) -> Option<u8> {
+        Some(self.take(1)?[0])
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.buf.get(self.at).copied()
+    }
+
+    /// A big-endian length of `n` bytes.
+    fn len(&mut self, n: usize) -> Option<usize> {
+        let b = self.take(n)?;
+        Some(b.iter().fold(0usize, |acc, &x| acc << 8 | x as usize))
+    }
+
+    fn str(&mut self) -> Option<&'b [u8]> {
+        let n = match self.byte()? {
+            m @ 0xa0..=0xbf => (m & 0x1f) as usize,
+            0xd9 => self.len(1)?,
+            0xda => self.len(2)?,
+            0xdb => self.len(4)?,
+            _ => return None,
+        };
+        self.take(n)
+    }
+
+    fn map_len(&mut self) -> Option<usize> {
+        let n = match self.peek()? {
+            m @ 0x80..=0x8f => {
+                self.at += 1;
+                (m & 0x0f) as usize
+            }
+            0xde => {
+                self.at += 1;
+                self.len(2)?
+            }
+            0xdf => {
+                self.at += 1;
+                self.len(4)?
+            }
+            _ => return None,
+        };
+        Some(n)
+    }
+
+    fn array_len(&mut self) -> Option<usize> {
+        let n = match self.peek()? {
+            m @ 0x90..=0x9f => {
+                self.at += 1;
+                (m & 0x0f) as usize
+            }
+            0xdc => {
+                self.at += 1;
+                self.len(2)?
+            }
+            0xdd => {
+                self.at += 1;
+                self.len(4)?
+            }
+            _ => return None,
+        };
+        Some(n)
+    }
+
+    /// Where the values of `names` start in the map at the cursor (each key once, every key a
+    /// string), reading past the map.
+    fn fields<const N: usize>(&mut self, names: &[&[u8]; N]) -> Option<[Option<usize>; N]> {
+        let mut found = [None; N];
+        for _ in 0..self.map_len()? {
+            let key = self.str()?;
+            if let Some(i) = names.iter().position(|n| *n == key) {
+                if found[i].is_some() {
+                    return None;
+                }
+                found[i] = Some(self.at);
+            }
+            self.skip()?;
+        }
+        Some(found)
+    }
+
+    /// Past one value, unchecked.
+    fn skip(&mut self) -> Option<()> {
+        let m = self.byte()?;
+        let n = match m {
+            0x00..=0x7f | 0xc0 | 0xc2 | 0xc3 | 0xe0..=0xff => 0,
+            0x80..=0x8f => return self.skip_n(2 * (m & 0x0f) as usize),
+            0x90..=0x9f => return self.skip_n((m & 0x0f) as usize),
+            0xa0..=0xbf => (m & 0x1f) as usize,
+            0xc4 | 0xd9 => self.len(1)?,
+            0xc5 | 0xda => self.len(2)?,
+            0xc6 | 0xdb => self.len(4)?,
+            0xc7 => self.len(1)? + 1,
+            0xc8 => self.len(2)? + 1,
+            0xc9 => self.len(4)? + 1,
+            0xca => 4,
+            0xcb => 8,
+            0xcc | 0xd0 => 1,
+            0xcd | 0xd1 => 2,
+            0xce | 0xd2 => 4,
+            0xcf | 0xd3 => 8,
+            0xd4 => 2,
+            0xd5 => 3,
+            0xd6 => 5,
+            0xd7 => 9,
+            0xd8 => 17,
+            0xdc => {
+                let n = self.len(2)?;
+                return self.skip_n(n);
+            }
+            0xdd => {
+                let n = self.len(4)?;
+                return self.skip_n(n);
+            }
+            0xde => {
+                let n = self.len(2)?;
+                return self.skip_n(n.checked_mul(2)?);
+            }
+            0xdf => {
+                let n = self.len(4)?;
+                return self.skip_n(n.checked_mul(2)?);
+            }
+            0xc1 => return None,
+        };
+        self.take(n).map(|_| ())
+    }
+
+    fn skip_n(&mut self, n: usize) -> Option<()> {
+        for _ in 0..n {
+            self.skip()?;
+        }
+        Some(())
+    }
+
+    /// Past one value that is a JSON value as [`Raw`] says, at most `depth` levels deep.
+    fn check(&mut self, depth: usize) -> Option<()> {
+        let depth = depth.checked_sub(1)?;
+        match self.peek()? {
+            0x80..=0x8f | 0xde | 0xdf => {
+                let n = self.map_len()?;
+                let mut keys: Vec<&[u8]> = Vec::with_capacity(n.min(64));
+                for _ in 0..n {
+                    let key = self.str()?;
+                    std::str::from_utf8(key).ok()?;
+                    if keys.contains(&key) {
+                        return None;
+                    }
+                    keys.push(key);
+                    self.check(depth)?;
+                }
+                Some(())
+            }
+            0x90..=0x9f | 0xdc | 0xdd => {
+                for _ in 0..self.array_len()? {
+                    self.check(depth)?;
+                }
+                Some(())
+            }
+            0xa0..=0xbf | 0xd9..=0xdb => std::str::from_utf8(self.str()?).ok().map(|_| ()),
+            0xca => {
+                self.at += 1;
+                let b = self.take(4)?;
+                f32::from_be_bytes(b.try_into().ok()?).is_finite().then_some(())
+            }
+            0xcb => {
+                self.at += 1;
+                let b = self.take(8)?;
+                f64::from_be_bytes(b.try_into().ok()?).is_finite().then_some(())
+            }
+            // Binary, extension types and the unused marker.
+            0xc1 | 0xc4..=0xc9 | 0xd4..=0xd8 => None,
+            _ => self.skip(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pack(v: &Value) -> Vec<u8> {
+        rmp_serde::to_vec_named(v).unwrap()
+    }
+
+    fn tools() -> Value {
+        let schema = json!({"type": "object", "properties": {"city": {"type": "string", "description": "a city's name, as people write it"}}, "required": ["city"]});
+        json!((0..4).map(|i| json!({"type": "function", "function": {"name": format!("tool_{i}"), "description": "looks things up ✓", "parameters": schema, "strict": true, "weight": 0.5}})).collect::<Vec<_>>())
+    }
+
+    fn decorate(tools: Value) -> Value {
+        json!({"id": 9, "op": "decorate", "args": {"memory": "m", "request": {"model": "x", "tools": tools, "messages": [{"role": "user", "content": "hi"}]}, "now": 1.5}})
+    }
+
+    /// The request decoded from the lean body with the raw tools put back in their place.
+    fn restored(body: &[u8]) -> Option<Value> {
+        let (lean, raw) = take_decorate_tools(body)?;
+        let mut v: Value = rmp_serde::from_slice(&lean).unwrap();
+        let slot = &mut v["args"]["request"]["tools"];
+        assert_eq!(*slot, Value::Null, "the field keeps its place as nil");
+        *slot = raw.to_value();
+        Some(v)
+    }
+
+    #[test]
+    fn tools_are_taken_out_and_put_back_as_they_were() {
+        let body = pack(&decorate(tools()));
+        let (lean, raw) = take_decorate_tools(&body).unwrap();
+        assert!(lean.len() + raw.bytes().len() == body.len() + 1);
+        assert_eq!(raw.to_value(), tools());
+        assert_eq!(restored(&body).unwrap(), decorate(tools()));
+        // The key order within each map, which a provider's cached prefix sees, is the bytes'.
+        assert_eq!(raw.bytes(), pack(&tools()).as_slice());
+    }
+
+    #[test]
+    fn only_a_plain_decorate_with_large_tools_is_taken_apart() {
+        let mut other_op = decorate(tools());
+        other_op["op"] = json!("ping");
+        assert!(take_decorate_tools(&pack(&other_op)).is_none());
+        assert!(take_decorate_tools(&pack(&decorate(json!([{"type": "function"}])))).is_none());
+        let mut no_tools = decorate(Value::Null);
+        no_tools["args"]["request"].as_object_mut().unwrap().remove("tools");
+        assert!(take_decorate_tools(&pack(&no_tools)).is_none());
+        assert!(take_decorate_tools(&pack(&json!([1, 2]))).is_none());
+        assert!(take_decorate_tools(&[]).is_none());
+    }
+
+    #[test]
+    fn tools_the_decoder_would_read_otherwise_are_left_to_it() {
+        let body = pack(&decorate(tools()));
+        let (_, raw) = take_decorate_tools(&body).unwrap();
+        let start = body.windows(raw.bytes().len()).position(|w| w == raw.bytes()).unwrap();
+        let patched = |at: usize, bytes: &[u8]| {
+            let mut b = body.clone();
+            b.splice(start + at..start + at + bytes.len(), bytes.iter().copied());
+            b
+        };
+        let find = |needle: &[u8]| raw.bytes().windows(needle.len()).position(|w| w == needle).unwrap();
+        // A non-finite number (the decoder refuses the request and names where it is).
+        let half = find(&[0xcb, 0x3f, 0xe0]);
+        let nan = f64::NAN.to_be_bytes();
+        assert!(take_decorate_tools(&patched(half + 1, &nan)).is_none());
+        // A string that is not UTF-8.
+        let tick = find("✓".as_bytes());
+        assert!(take_decorate_tools(&patched(tick, &[0xff])).is_none());
+        // A key written twice in one map ("strict" renamed "weight").
+        let strict = find(b"strict");
+        assert!(take_decorate_tools(&patched(strict, b"weight")).is_none());
+        // A binary value where a string was.
+        let mut bin = body.clone();
+        let s = start + find(b"\xa6object");
+        bin.splice(s..s + 1, [0xc4, 6]);
+        assert!(take_decorate_tools(&bin).is_none());
+        // Truncated.
+        assert!(take_decorate_tools(&body[..body.len() - 3]).is_none());
+    }
+
+    #[test]
+    fn the_envelope_must_be_plain() {
+        // "args" written twice: the decoder keeps the last, so the bytes must not be read for it.
+        let mut b = Vec::new();
+        rmp::encode::write_map_len(&mut b, 4).unwrap();
+        rmp::encode::write_str(&mut b, "id").unwrap();
+        rmp::encode::write_uint(&mut b, 9).unwrap();
+        rmp::encode::write_str(&mut b, "op").unwrap();
+        rmp::encode::write_str(&mut b, "decorate").unwrap();
+        for args in [json!({"x": 1}), decorate(tools())["args"].clone()] {
+            rmp::encode::write_str(&mut b, "args").unwrap();
+            b.extend(pack(&args));
+        }
+        assert!(take_decorate_tools(&b).is_none());
+    }
+
+    #[test]
+    fn anthropic_tools_are_told_by_their_input_schema() {
+        let anthropic = Raw::of(&json!([{"name": "a", "input_schema": {"type": "object"}}]));
+        let chat = Raw::of(&json!([{"type": "function", "function": {"name": "a", "input_schema": 1}}]));
+        assert!(anthropic.has_item_with_key("input_schema"));
+        assert!(!chat.has_item_with_key("input_schema"));
+        assert!(!Raw::of(&json!({"input_schema": 1})).has_item_with_key("input_schema"));
+        assert!(!Raw::of(&json!([1, "x", [2]])).has_item_with_key("input_schema"));
+    }
+
+    #[test]
+    fn equal_values_written_differently_are_equal() {
+        let mut small_ints = Vec::new();
+        rmp::encode::write_array_len(&mut small_ints, 1).unwrap();
+        rmp::encode::write_u64(&mut small_ints, 1).unwrap(); // 9 bytes where 1 would do
+        assert_eq!(Raw(small_ints), Raw::of(&json!([1])));
+        assert_ne!(Raw::of(&json!([1])), Raw::of(&json!([2])));
+    }
+}
