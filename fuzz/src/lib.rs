@@ -4,7 +4,7 @@
 //! - `frames`: a byte stream cut into arbitrary reads goes through the frame decoder and every
 //!   body through the envelope decoder. No panic; a body is never over the limit; a request
 //!   that decodes encodes and decodes to itself, and decodes alike when decorate's tools are
-//!   passed through as bytes (the daemon's decoder).
+//!   passed through as bytes (the daemon's decoder), whose messages' bytes are those messages.
 //! - `requests`: JSON text goes through the provider-request and reply parsers (Chat
 //!   Completions, Responses, Anthropic Messages). No panic; a request that parses renders to a
 //!   request that parses, and rendering is a fixpoint from there.
@@ -44,10 +44,24 @@ fn envelope(body: &[u8]) {
         let again = decode_request(&encode_request(request)).expect("an encoded request decodes");
         assert_eq!(&again, request, "a request survives encoding");
     }
-    let lean = decode_request_lean(body).map(|(mut request, tools)| {
-        if let Some(tools) = tools {
+    let lean = decode_request_lean(bytes::Bytes::copy_from_slice(body)).map(|(mut request, passed)| {
+        if let Some(tools) = passed.tools {
             let slot = request.args.get_mut("request").and_then(|r| r.get_mut("tools"));
             *slot.expect("tools taken out leave their place") = tools.to_value();
+        }
+        let list = request
+            .args
+            .get("request")
+            .and_then(|r| r.get("messages").or_else(|| r.get("input")));
+        for (i, item) in passed.items.iter().enumerate() {
+            if let Some(item) = item {
+                let value: serde_json::Value = rmp_serde::from_slice(item).expect("a message's bytes decode");
+                assert_eq!(
+                    list.and_then(|l| l.get(i)),
+                    Some(&value),
+                    "message {i}'s bytes are the message"
+                );
+            }
         }
         request
     });

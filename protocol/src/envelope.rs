@@ -6,7 +6,7 @@
 
 use std::io::Write;
 
-use bytes::{BufMut, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -114,14 +114,32 @@ pub fn decode_request(body: &[u8]) -> Result<Request, BadRequest> {
     Ok(Request { id, op, args })
 }
 
+/// What [`decode_request_lean`] keeps of a decorate's body as bytes.
+#[derive(Debug, Clone, Default)]
+pub struct Passed {
+    /// `args.request.tools`, when taken out (the field is then null in `args`).
+    pub tools: Option<Raw>,
+    /// The bytes of each message of `args.request.messages` (or `input`), in order, where they
+    /// are a plain JSON value (see [`Raw`]); empty when not found.
+    pub items: Vec<Option<Bytes>>,
+}
+
 /// [`decode_request`], with decorate's `args.request.tools` kept as its bytes when they can be
 /// passed through unread ([`crate::raw::take_decorate_tools`]; the field is then null in
-/// `args`). The daemon decodes this way; what it decodes is the same request either way.
-pub fn decode_request_lean(body: &[u8]) -> Result<(Request, Option<Raw>), BadRequest> {
-    match crate::raw::take_decorate_tools(body) {
-        Some((lean, tools)) => decode_request(&lean).map(|r| (r, Some(tools))),
-        None => decode_request(body).map(|r| (r, None)),
-    }
+/// `args`), and the bytes of each of its messages found. The daemon decodes this way; what it
+/// decodes is the same request either way.
+pub fn decode_request_lean(body: Bytes) -> Result<(Request, Passed), BadRequest> {
+    let (body, tools) = match crate::raw::take_decorate_tools(&body) {
+        Some((lean, tools)) => (Bytes::from(lean), Some(tools)),
+        None => (body, None),
+    };
+    let request = decode_request(&body)?;
+    let items = match request.op.as_str() {
+        "decorate" => crate::raw::list_items(&body).unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    let items = items.into_iter().map(|r| r.map(|r| body.slice(r))).collect();
+    Ok((request, Passed { tools, items }))
 }
 
 /// Encodes a request body (named maps).

@@ -12,7 +12,7 @@ pub mod raw;
 
 pub use envelope::{
     decode_request, decode_request_lean, encode_reply, encode_reply_into, encode_request, encode_request_into,
-    encode_value, Reply, Request,
+    encode_value, Passed, Reply, Request,
 };
 pub use error::{ErrorBody, ErrorCode};
 pub use frame::{encode_frame, encode_frame_with, Frame, FrameDecoder, FrameError, DEFAULT_MAX_FRAME_BYTES};

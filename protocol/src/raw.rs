@@ -6,7 +6,9 @@
 //! allocation per key and string, and encoding them again was a fifth of the request path's
 //! work on agent traffic (docs/benchmarks.md, session 46). So decorate's `args.request.tools`
 //! is taken out of the body before it is decoded ([`take_decorate_tools`]) when its bytes
-//! decode to exactly the JSON value they stand for, and written back as they came.
+//! decode to exactly the JSON value they stand for, and written back as they came. Likewise the
+//! bytes of each message the request holds are found ([`list_items`]), so a message sent again
+//! and assembled into the reply unchanged is written back as the bytes it came as.
 
 use std::collections::HashSet;
 
@@ -96,6 +98,37 @@ pub fn take_decorate_tools(body: &[u8]) -> Option<(Vec<u8>, Raw)> {
     lean.push(NIL);
     lean.extend_from_slice(&body[end..]);
     Some((lean, Raw(body[tools..end].to_vec())))
+}
+
+/// Where each element of a decorate request's message list (`args.request.messages`, else
+/// `args.request.input` when it is a list) stands in `body`: `None` for one whose bytes are not
+/// a plain JSON value (see [`Raw`]), and `None` altogether when `body` is no such request.
+pub fn list_items(body: &[u8]) -> Option<Vec<Option<std::ops::Range<usize>>>> {
+    let mut r = Reader { buf: body, at: 0 };
+    let top = r.fields(&[b"op", b"args"])?;
+    let (op, args) = (top[0]?, top[1]?);
+    if Reader::at(body, op).str()? != &b"decorate"[..] {
+        return None;
+    }
+    let request = Reader::at(body, args).fields(&[b"request"])?[0]?;
+    let [messages, input] = Reader::at(body, request).fields(&[b"messages", b"input"])?;
+    let mut r = [messages, input]
+        .into_iter()
+        .flatten()
+        .map(|at| Reader::at(body, at))
+        .find(|r| matches!(r.peek(), Some(0x90..=0x9f | 0xdc | 0xdd)))?;
+    let n = r.array_len()?;
+    let mut items = Vec::with_capacity(n.min(4096));
+    for _ in 0..n {
+        let start = r.at;
+        let plain = r.check(DEEPEST).is_some();
+        if !plain {
+            r.at = start;
+            r.skip()?;
+        }
+        items.push(plain.then_some(start..r.at));
+    }
+    Some(items)
 }
 
 const NIL: u8 = 0xc0;
@@ -429,6 +462,43 @@ mod tests {
             b.extend(pack(&args));
         }
         assert!(take_decorate_tools(&b).is_none());
+    }
+
+    #[test]
+    fn each_message_is_found_as_its_bytes() {
+        let body = pack(&decorate(tools()));
+        let items = list_items(&body).unwrap();
+        let v = decorate(tools());
+        let messages = v["args"]["request"]["messages"].as_array().unwrap();
+        assert_eq!(items.len(), messages.len());
+        for (range, m) in items.iter().zip(messages) {
+            let range = range.clone().unwrap();
+            assert_eq!(&rmp_serde::from_slice::<Value>(&body[range]).unwrap(), m);
+        }
+        // In the lean body too, and in a Responses request's `input` list.
+        let (lean, _) = take_decorate_tools(&body).unwrap();
+        let range = list_items(&lean).unwrap()[0].clone().unwrap();
+        assert_eq!(&rmp_serde::from_slice::<Value>(&lean[range]).unwrap(), &messages[0]);
+        let mut responses = decorate(tools());
+        let request = responses["args"]["request"].as_object_mut().unwrap();
+        let input = request.remove("messages").unwrap();
+        request.insert("input".into(), input);
+        assert_eq!(list_items(&pack(&responses)).unwrap().len(), 1);
+        request_as_string(&mut responses);
+        assert!(list_items(&pack(&responses)).is_none());
+        // A message whose bytes are not plain gets none; the others keep theirs.
+        let mut twice = decorate(tools());
+        twice["args"]["request"]["messages"] =
+            json!([{"role": "user", "content": "a"}, {"role": "user", "content": "bb"}]);
+        let mut b = pack(&twice);
+        let at = b.windows(3).position(|w| w == b"\xa2bb").unwrap();
+        b.splice(at + 1..at + 3, [0xff, 0xfe]);
+        let items = list_items(&b).unwrap();
+        assert!(items[0].is_some() && items[1].is_none());
+    }
+
+    fn request_as_string(v: &mut Value) {
+        v["args"]["request"]["input"] = json!("just a string");
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub(crate) use notes::parse_date;
 pub use passages::date;
 
 use recalld_protocol::ops::{DecorateArgs, DecorateReply, HistoryMode, ReportArgs, ReportReply};
-use recalld_protocol::{ErrorBody, ErrorCode, Raw};
+use recalld_protocol::{ErrorBody, ErrorCode, Passed};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -560,7 +560,7 @@ impl Engine {
 
     /// decorate: store what is new, take notes, seal, sleep or fade, assemble.
     pub fn decorate(&self, args: DecorateArgs) -> Result<DecorateReply, EngineError> {
-        let (request, info) = self.decorate_as(args, None, |r| r.into_value())?;
+        let (request, info) = self.decorate_as(args, Passed::default(), |r| r.into_value())?;
         Ok(DecorateReply {
             request,
             info: info.into_value(),
@@ -570,18 +570,19 @@ impl Engine {
     /// [`Engine::decorate`], the assembled request handed to `finish` while the memory's state
     /// is held: the server encodes the reply's request there, from the stored messages in view
     /// as they are, instead of copying them into a JSON value first (in-process, over a view of
-    /// 72 KB, a decorate's median 404 → 380 µs; docs/benchmarks.md). `tools`: the request's
-    /// tools as bytes, its `tools` then null (the server decodes them so, to pass them through:
-    /// `recalld_protocol::raw`). Returns what `finish` made and `info`.
+    /// 72 KB, a decorate's median 404 → 380 µs; docs/benchmarks.md). `passed`: what the server
+    /// kept of the request as bytes (its tools, its `tools` then null; its messages' bytes), so
+    /// that the reply writes them back as they came (`recalld_protocol::raw`). Returns what
+    /// `finish` made and `info`.
     pub fn decorate_as<T>(
         &self,
         mut args: DecorateArgs,
-        tools: Option<Raw>,
+        passed: Passed,
         finish: impl for<'s> FnOnce(formats::Rendered<'s>) -> T,
     ) -> Result<(T, DecorateInfo), EngineError> {
         let now = now_or(args.now)?;
         // Taken, not copied: the request's messages become the parsed messages.
-        let mut parsed = formats::parse_request_with(std::mem::take(&mut args.request), tools)?;
+        let mut parsed = formats::parse_request_with(std::mem::take(&mut args.request), passed.tools, passed.items)?;
         // A user message ending the request is embedded for recall before the lock is taken.
         let query = self.recall_query(&args.memory, &parsed, args.agent.as_deref(), now);
         let lock = self.lock(&args.memory);
@@ -703,6 +704,11 @@ impl Engine {
                 .filter_map(|k| Some((*stored_seqs.get(r.stored + k)?, (*sent_at.get(r.incoming + k)?)?)))
                 .collect()
         });
+        for &(seq, i) in &from_request {
+            if let Some(sent) = parsed.history.get(i) {
+                st.adopt_wire(seq, sent);
+            }
+        }
         let mut new_user = false;
         let stored_count = plan.new.len();
         // The new messages end the request (every alignment takes them from its tail).

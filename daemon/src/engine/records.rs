@@ -237,7 +237,10 @@ impl Chain {
 
 impl StoredMessage {
     /// Numbers `message` as the memory's next message; a user message opens the next turn.
-    pub fn new(memory: &MemoryRecord, message: Message, at: f64, source: Source) -> StoredMessage {
+    pub fn new(memory: &MemoryRecord, mut message: Message, at: f64, source: Source) -> StoredMessage {
+        // The bytes it came as, copied out of the request they came in: a slice would keep the
+        // whole request in memory as long as the message is.
+        message.wire.0 = message.wire.0.map(|b| bytes::Bytes::copy_from_slice(&b));
         let turn = if message.role == Role::User {
             memory.turn + 1
         } else {
@@ -1094,6 +1097,7 @@ mod stored_body {
                 tool_call_id: stored.tool_call_id,
                 raw: stored.raw,
                 format: stored.format,
+                wire: Default::default(),
             }),
             (None, _, _) => formats::parse_stored(&stored.raw, stored.format, "stored message")
                 .map_err(|e| D::Error::custom(e.to_string())),

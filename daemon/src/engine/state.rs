@@ -472,7 +472,7 @@ impl State {
     pub fn resident_bytes(&self) -> usize {
         use std::mem::size_of;
         // A message's text is held twice (read out of the message as it came, which is kept)
-        // with the JSON value's nodes around it.
+        // with the JSON value's nodes around it, and the bytes it came as while it is cached.
         let messages: usize = self
             .messages
             .iter()
@@ -483,7 +483,8 @@ impl State {
                     .iter()
                     .map(|c| 2 * (c.id.len() + c.name.len() + c.arguments.len()) + 128)
                     .sum();
-                size_of::<StoredMessage>() + 2 * m.message.text.len() + 256 + calls
+                let wire = m.message.wire.0.as_ref().map_or(0, |b| b.len());
+                size_of::<StoredMessage>() + 2 * m.message.text.len() + 256 + calls + wire
             })
             .sum();
         let recalls: usize = self
@@ -547,6 +548,19 @@ impl State {
         self.dirty_messages.insert(seq);
         self.messages.push(m);
         seq
+    }
+
+    /// A stored message without the bytes it came as (an assistant message is stored from a
+    /// report, and a loaded one has none) takes those of `sent`, the request's copy of it, when
+    /// that copy is the stored message exactly: later replies then write it as bytes too. Not a
+    /// change to the record (the bytes are not stored).
+    pub fn adopt_wire(&mut self, seq: u64, sent: &crate::formats::Message) {
+        let Some(bytes) = &sent.wire.0 else { return };
+        let Some(i) = self.message_index(seq) else { return };
+        let stored = &mut self.messages[i].message;
+        if stored.wire.0.is_none() && crate::formats::identical(&stored.raw, &sent.raw) {
+            stored.wire.0 = Some(bytes::Bytes::copy_from_slice(bytes));
+        }
     }
 
     pub fn message_mut(&mut self, seq: u64) -> &mut StoredMessage {

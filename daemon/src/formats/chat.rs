@@ -63,6 +63,7 @@ fn read(v: &Value, at: &str) -> Result<Message, FormatError> {
         tool_call_id,
         raw: Value::Null,
         format: Format::ChatCompletions,
+        wire: Default::default(),
     })
 }
 

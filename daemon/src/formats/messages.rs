@@ -83,6 +83,7 @@ pub(crate) fn parse_message(v: &Value, at: &str) -> Result<Message, FormatError>
         tool_call_id,
         raw: v.clone(),
         format: Format::AnthropicMessages,
+        wire: Default::default(),
     })
 }
 
@@ -109,6 +110,7 @@ pub(crate) fn system_instruction(v: &Value) -> Result<Message, FormatError> {
         tool_call_id: None,
         raw: v.clone(),
         format: Format::AnthropicMessages,
+        wire: Default::default(),
     })
 }
 
@@ -220,7 +222,9 @@ pub(crate) fn convert(m: &Message, images: Vec<(String, Option<Value>)>) -> Vec<
 /// rest into `messages`, returned second (an Anthropic message as its `raw`, moved or referred
 /// to). A `system` that came as a string stays a string when everything in it is text (joined
 /// by a blank line); otherwise it is a list of text blocks, the original blocks kept as they were.
-pub(crate) fn render<'a>(all: impl Iterator<Item = Cow<'a, Message>>) -> (Option<Value>, Vec<Cow<'a, Value>>) {
+pub(crate) fn render<'a>(
+    all: impl Iterator<Item = Cow<'a, Message>>,
+) -> (Option<Value>, Vec<super::request::Item<'a>>) {
     let mut system: Vec<Value> = Vec::new();
     let mut list = Vec::new();
     for m in all {
@@ -239,7 +243,7 @@ pub(crate) fn render<'a>(all: impl Iterator<Item = Cow<'a, Message>>) -> (Option
             list.extend(
                 super::request::convert(&m, Format::AnthropicMessages)
                     .into_iter()
-                    .map(Cow::Owned),
+                    .map(super::request::Item::made),
             );
         }
     }

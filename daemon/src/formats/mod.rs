@@ -110,6 +110,31 @@ pub struct Message {
     /// The message or item exactly as it came.
     pub raw: Value,
     pub format: Format,
+    /// The bytes `raw` came as, when known (see [`Wire`]).
+    #[serde(skip)]
+    pub wire: Wire,
+}
+
+/// The MessagePack bytes a message came as in a request, while its `raw` is their value
+/// unchanged: assembled into the reply as it is, the message is written as these bytes instead
+/// of being encoded again. Whoever changes a message's `raw` makes a new message (the parsers
+/// leave this empty). Not stored, and no part of what a message is: any two compare equal.
+#[derive(Clone, Default)]
+pub struct Wire(pub Option<bytes::Bytes>);
+
+impl PartialEq for Wire {
+    fn eq(&self, _: &Wire) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for Wire {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Some(b) => write!(f, "Wire({} bytes)", b.len()),
+            None => f.write_str("Wire(none)"),
+        }
+    }
 }
 
 /// A provider request, reply or note call that cannot be read. The message says where.
@@ -157,6 +182,7 @@ impl Message {
             tool_call_id: None,
             raw,
             format,
+            wire: Wire::default(),
         }
     }
 
@@ -196,6 +222,7 @@ impl Message {
             tool_call_id: Some(call_id),
             raw,
             format,
+            wire: Wire::default(),
         }
     }
 

@@ -4,7 +4,7 @@ use recalld_protocol::Raw;
 use serde_json::{json, Map, Value};
 use std::borrow::{Borrow, Cow};
 
-use super::{chat, messages, responses, wrong, Format, FormatError, Kind, Message, Role};
+use super::{chat, messages, responses, wrong, Format, FormatError, Kind, Message, Role, Wire};
 
 /// A provider request taken apart.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,26 +40,46 @@ pub struct ParsedRequest {
 /// `instructions` → Responses; neither → error. A Responses `input` string is one user message.
 /// The request is taken, not copied: its Chat messages become the messages' `raw`.
 pub fn parse_request(v: Value) -> Result<ParsedRequest, FormatError> {
-    parse_request_with(v, None)
+    parse_request_with(v, None, Vec::new())
 }
 
-/// [`parse_request`] of a request whose `tools` came as bytes (`tools`; the request holds a null
-/// in their place): they are read only to tell the format, and rendered back as they came.
-pub fn parse_request_with(v: Value, tools: Option<Raw>) -> Result<ParsedRequest, FormatError> {
+/// [`parse_request`] of a request as the server decodes it: `tools`, its tools as bytes when
+/// the request holds a null in their place (read only to tell the format, and rendered back as
+/// they came); `wires`, the bytes of each message of its list (`messages`, or `input` when a
+/// list), which the messages keep ([`Message::wire`]) when there is one for each.
+pub fn parse_request_with(
+    v: Value,
+    tools: Option<Raw>,
+    wires: Vec<Option<bytes::Bytes>>,
+) -> Result<ParsedRequest, FormatError> {
     let obj = match v {
         Value::Object(obj) => obj,
         other => return Err(wrong("request", "an object", &other)),
     };
     let tools = tools.filter(|_| obj.get("tools").is_some_and(Value::is_null));
-    let mut parsed = parse_object(obj, tools.as_ref())?;
+    let mut parsed = parse_object(obj, tools.as_ref(), wires)?;
     parsed.tools = tools;
     Ok(parsed)
 }
 
-fn parse_object(mut obj: Map<String, Value>, raw_tools: Option<&Raw>) -> Result<ParsedRequest, FormatError> {
+/// Each message's wire bytes, when `wires` has them for a list of `len`.
+fn wires_for(wires: Vec<Option<bytes::Bytes>>, len: usize) -> impl Iterator<Item = Wire> {
+    let known = wires.len() == len;
+    wires
+        .into_iter()
+        .filter(move |_| known)
+        .map(Wire)
+        .chain(std::iter::repeat_with(Wire::default))
+}
+
+fn parse_object(
+    mut obj: Map<String, Value>,
+    raw_tools: Option<&Raw>,
+    wires: Vec<Option<bytes::Bytes>>,
+) -> Result<ParsedRequest, FormatError> {
     let model = obj.get("model").and_then(Value::as_str).map(str::to_string);
     if obj.contains_key("messages") && messages::is_messages_request(&obj, raw_tools) {
-        return parse_messages_request(&obj, model);
+        return parse_messages_request(&obj, model, wires);
     }
     // `shift_remove` keeps the other fields in their order (they render back as they came).
     if let Some(items) = obj.shift_remove("messages") {
@@ -68,8 +88,11 @@ fn parse_object(mut obj: Map<String, Value>, raw_tools: Option<&Raw>) -> Result<
             other => return Err(wrong("messages", "an array", &other)),
         };
         let mut all = Vec::with_capacity(items.len());
+        let mut wires = wires_for(wires, items.len());
         for (i, m) in items.into_iter().enumerate() {
-            all.push(chat::parse_owned(m, &format!("messages[{i}]"))?);
+            let mut message = chat::parse_owned(m, &format!("messages[{i}]"))?;
+            message.wire = wires.next().unwrap_or_default();
+            all.push(message);
         }
         let lead = leading_instructions(&all);
         let history = all.split_off(lead);
@@ -107,6 +130,7 @@ fn parse_object(mut obj: Map<String, Value>, raw_tools: Option<&Raw>) -> Result<
             tool_call_id: None,
             raw: s.clone(),
             format: Format::Responses,
+            wire: Wire::default(),
         }),
         Some(other) => return Err(wrong("instructions", "a string or null", other)),
     }
@@ -115,8 +139,11 @@ fn parse_object(mut obj: Map<String, Value>, raw_tools: Option<&Raw>) -> Result<
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => items.push(responses::string_input(s)),
         Some(Value::Array(a)) => {
+            let mut wires = wires_for(wires, a.len());
             for (i, it) in a.iter().enumerate() {
-                items.push(responses::parse_item(it, &format!("input[{i}]"))?);
+                let mut item = responses::parse_item(it, &format!("input[{i}]"))?;
+                item.wire = wires.next().unwrap_or_default();
+                items.push(item);
             }
         }
         Some(other) => return Err(wrong("input", "a string, an array or null", other)),
@@ -157,14 +184,21 @@ fn parse_object(mut obj: Map<String, Value>, raw_tools: Option<&Raw>) -> Result<
 }
 
 /// An Anthropic Messages request: `system` is the one instruction, every message is history.
-fn parse_messages_request(obj: &Map<String, Value>, model: Option<String>) -> Result<ParsedRequest, FormatError> {
+fn parse_messages_request(
+    obj: &Map<String, Value>,
+    model: Option<String>,
+    wires: Vec<Option<bytes::Bytes>>,
+) -> Result<ParsedRequest, FormatError> {
     let items = match &obj["messages"] {
         Value::Array(a) => a,
         other => return Err(wrong("messages", "an array", other)),
     };
     let mut history = Vec::with_capacity(items.len());
+    let mut wires = wires_for(wires, items.len());
     for (i, m) in items.iter().enumerate() {
-        history.push(messages::parse_message(m, &format!("messages[{i}]"))?);
+        let mut message = messages::parse_message(m, &format!("messages[{i}]"))?;
+        message.wire = wires.next().unwrap_or_default();
+        history.push(message);
     }
     let instructions = match obj.get("system") {
         None | Some(Value::Null) => Vec::new(),
@@ -270,14 +304,14 @@ pub fn render_request_moving<'a>(
                 }
             }
             if !input.is_empty() && !out.contains_key("input") {
-                let items: Vec<Cow<'a, Value>> = input
+                let items: Vec<Item<'a>> = input
                     .into_iter()
                     .flat_map(|m| match (&m.raw, m.format) {
                         (Value::String(s), Format::Responses) => {
-                            vec![Cow::Owned(json!({"role": m.role.as_str(), "content": s}))]
+                            vec![Item::made(json!({"role": m.role.as_str(), "content": s}))]
                         }
                         (_, Format::Responses) => vec![raw_of(m)],
-                        _ => convert(&m, Format::Responses).into_iter().map(Cow::Owned).collect(),
+                        _ => convert(&m, Format::Responses).into_iter().map(Item::made).collect(),
                     })
                     .collect();
                 list = Some(("input", items));
@@ -328,14 +362,14 @@ pub struct Rendered<'a> {
     /// The request's fields in order; the one the list is named by holds a null in its place.
     fields: Map<String, Value>,
     /// The messages (`messages`) or items (`input`).
-    list: Option<(&'static str, Vec<Cow<'a, Value>>)>,
+    list: Option<(&'static str, Vec<Item<'a>>)>,
     /// The request's `tools` as they came, in the place of the null `fields` holds for them.
     tools: Option<Raw>,
 }
 
 /// One field's value as [`Rendered`] writes it.
 enum Field<'r> {
-    List(&'r [Cow<'r, Value>]),
+    List(&'r [Item<'r>]),
     Raw(&'r Raw),
     Value(&'r Value),
 }
@@ -350,7 +384,7 @@ impl<'a> Rendered<'a> {
         } = self;
         if let Some((key, items)) = list {
             if let Some(slot) = fields.get_mut(key) {
-                *slot = Value::Array(items.into_iter().map(Cow::into_owned).collect());
+                *slot = Value::Array(items.into_iter().map(|it| it.value.into_owned()).collect());
             }
         }
         if let (Some(raw), Some(slot)) = (tools, fields.get_mut("tools")) {
@@ -378,7 +412,7 @@ impl<'a> Rendered<'a> {
         for (k, field) in self.each() {
             rmp::encode::write_str(&mut out, k).expect("writing to a Vec");
             match field {
-                Field::List(items) => rmp_serde::encode::write_named(&mut out, items),
+                Field::List(items) => write_items(&mut out, items),
                 Field::Value(v) => rmp_serde::encode::write_named(&mut out, v),
                 Field::Raw(raw) => {
                     out.extend_from_slice(raw.bytes());
@@ -389,6 +423,25 @@ impl<'a> Rendered<'a> {
         }
         out
     }
+}
+
+/// A list of messages or items: each as the bytes it came as, or encoded.
+fn write_items(out: &mut Vec<u8>, items: &[Item<'_>]) -> Result<(), rmp_serde::encode::Error> {
+    rmp::encode::write_array_len(out, items.len() as u32)?;
+    for it in items {
+        match &it.wire {
+            Some(bytes) => {
+                debug_assert_eq!(
+                    rmp_serde::from_slice::<Value>(bytes).ok().as_ref(),
+                    Some(it.value.as_ref()),
+                    "a message's bytes are its value"
+                );
+                out.extend_from_slice(bytes);
+            }
+            None => rmp_serde::encode::write_named(out, &it.value)?,
+        }
+    }
+    Ok(())
 }
 
 impl serde::Serialize for Rendered<'_> {
@@ -406,11 +459,47 @@ impl serde::Serialize for Rendered<'_> {
     }
 }
 
-/// A message's `raw`: moved out of an owned message, referred to in a borrowed one.
-pub(super) fn raw_of(m: Cow<'_, Message>) -> Cow<'_, Value> {
+/// One message or item of a rendered request: its value, and the bytes it came as while it is
+/// unchanged (see [`Wire`]).
+#[derive(Debug)]
+pub(super) struct Item<'a> {
+    value: Cow<'a, Value>,
+    wire: Option<bytes::Bytes>,
+}
+
+impl<'a> Item<'a> {
+    /// A message or item made here (converted, joined): no bytes of its own.
+    pub(super) fn made(value: Value) -> Item<'a> {
+        Item {
+            value: Cow::Owned(value),
+            wire: None,
+        }
+    }
+
+    /// The value to change: its bytes no longer stand for it.
+    fn value_mut(&mut self) -> &mut Value {
+        self.wire = None;
+        self.value.to_mut()
+    }
+}
+
+impl serde::Serialize for Item<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.value.serialize(s)
+    }
+}
+
+/// A message's `raw` and bytes: moved out of an owned message, referred to in a borrowed one.
+pub(super) fn raw_of(m: Cow<'_, Message>) -> Item<'_> {
     match m {
-        Cow::Owned(m) => Cow::Owned(m.raw),
-        Cow::Borrowed(m) => Cow::Borrowed(&m.raw),
+        Cow::Owned(m) => Item {
+            value: Cow::Owned(m.raw),
+            wire: m.wire.0,
+        },
+        Cow::Borrowed(m) => Item {
+            value: Cow::Borrowed(&m.raw),
+            wire: m.wire.0.clone(),
+        },
     }
 }
 
@@ -420,8 +509,8 @@ fn tool_name(t: &Value) -> Option<&str> {
         .and_then(Value::as_str)
 }
 
-fn render_chat<'a>(all: impl Iterator<Item = Cow<'a, Message>>) -> Vec<Cow<'a, Value>> {
-    let mut out: Vec<Cow<'a, Value>> = Vec::with_capacity(all.size_hint().0);
+fn render_chat<'a>(all: impl Iterator<Item = Cow<'a, Message>>) -> Vec<Item<'a>> {
+    let mut out: Vec<Item<'a>> = Vec::with_capacity(all.size_hint().0);
     // Index in `out` of the last converted assistant message, which later converted calls join.
     let mut open_assistant: Option<usize> = None;
     for m in all {
@@ -437,7 +526,7 @@ fn render_chat<'a>(all: impl Iterator<Item = Cow<'a, Message>>) -> Vec<Cow<'a, V
                 (Some(i), true) => {
                     let new_calls = raw.get("tool_calls").cloned().unwrap_or(Value::Null);
                     if let (Some(Value::Object(prev)), Value::Array(calls)) =
-                        (out.get_mut(i).map(Cow::to_mut), new_calls)
+                        (out.get_mut(i).map(Item::value_mut), new_calls)
                     {
                         match prev.get_mut("tool_calls") {
                             Some(Value::Array(list)) => list.extend(calls),
@@ -448,7 +537,7 @@ fn render_chat<'a>(all: impl Iterator<Item = Cow<'a, Message>>) -> Vec<Cow<'a, V
                     }
                 }
                 _ => {
-                    out.push(Cow::Owned(raw));
+                    out.push(Item::made(raw));
                     open_assistant = if is_assistant { Some(out.len() - 1) } else { None };
                 }
             }

@@ -24,6 +24,7 @@ pub(crate) fn parse_item(v: &Value, at: &str) -> Result<Message, FormatError> {
         tool_call_id: id,
         raw: v.clone(),
         format: Format::Responses,
+        wire: Default::default(),
     };
     match ty {
         None | Some("message") => {
@@ -145,6 +146,7 @@ pub(crate) fn string_input(s: &str) -> Message {
         tool_call_id: None,
         raw: Value::String(s.to_string()),
         format: Format::Responses,
+        wire: Default::default(),
     }
 }
 

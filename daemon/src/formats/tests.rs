@@ -33,6 +33,73 @@ fn assert_encodes_as_its_value(p: &ParsedRequest, to: Format) {
     assert_eq!(render().to_msgpack(), value, "{to:?}");
 }
 
+/// The bytes of each message of `v`'s list, as the server finds them in a decorate.
+fn wires_of(v: &Value) -> Vec<Option<bytes::Bytes>> {
+    let list = v.get("messages").or_else(|| v.get("input")).and_then(Value::as_array);
+    list.map_or(Vec::new(), |l| {
+        l.iter()
+            .map(|m| Some(bytes::Bytes::from(rmp_serde::to_vec_named(m).unwrap())))
+            .collect()
+    })
+}
+
+/// A message's bytes as a client wrote them: `1` as a 9-byte integer where an encoder of the
+/// value would write one byte.
+fn wide_user_message() -> (Value, bytes::Bytes) {
+    let mut b = Vec::new();
+    rmp::encode::write_map_len(&mut b, 3).unwrap();
+    rmp::encode::write_str(&mut b, "role").unwrap();
+    rmp::encode::write_str(&mut b, "user").unwrap();
+    rmp::encode::write_str(&mut b, "content").unwrap();
+    rmp::encode::write_str(&mut b, "Where is my booking?").unwrap();
+    rmp::encode::write_str(&mut b, "n").unwrap();
+    rmp::encode::write_u64(&mut b, 1).unwrap();
+    (
+        json!({"role": "user", "content": "Where is my booking?", "n": 1}),
+        bytes::Bytes::from(b),
+    )
+}
+
+#[test]
+fn a_message_that_came_as_bytes_is_written_back_as_those_bytes_while_unchanged() {
+    let (message, wire) = wide_user_message();
+    let contains = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+    for format in [Format::ChatCompletions, Format::AnthropicMessages, Format::Responses] {
+        let v = match format {
+            Format::ChatCompletions => json!({"model": "m", "messages": [message]}),
+            Format::AnthropicMessages => json!({"model": "m", "max_tokens": 5, "system": "S", "messages": [message]}),
+            Format::Responses => json!({"model": "m", "input": [message]}),
+        };
+        let p = parse_request_with(v.clone(), None, vec![Some(wire.clone())]).unwrap();
+        assert_eq!(p.format, format);
+        let render = |p: &ParsedRequest, to: Format| {
+            let messages = p.history.iter().map(std::borrow::Cow::Borrowed).collect();
+            render_request_moving(to, p.instructions.clone(), messages, p.rest.clone(), None, &[]).to_msgpack()
+        };
+        // In its own format the bytes it came as; decoded whole, the value's own encoding.
+        assert!(contains(&render(&p, format), &wire), "{format:?}");
+        assert!(
+            !contains(&render(&parse_request(v).unwrap(), format), &wire),
+            "{format:?}"
+        );
+        // Converted to another format it is a new message.
+        let other = if format == Format::ChatCompletions {
+            Format::Responses
+        } else {
+            Format::ChatCompletions
+        };
+        assert!(!contains(&render(&p, other), &wire), "{format:?} as {other:?}");
+    }
+    // A list whose bytes do not match it in number gives none to any message.
+    let p = parse_request_with(
+        json!({"model": "m", "messages": [message, message]}),
+        None,
+        vec![Some(wire)],
+    )
+    .unwrap();
+    assert!(p.history.iter().all(|m| m.wire.0.is_none()));
+}
+
 /// `v` with its tools taken out as bytes, as the server decodes a decorate.
 fn with_raw_tools(v: &Value) -> (Value, recalld_protocol::Raw) {
     let mut lean = v.clone();
@@ -53,7 +120,12 @@ fn tools_that_came_as_bytes_are_written_back_as_they_came() {
     for v in requests {
         let full = parse_request(v.clone()).unwrap();
         let (lean, raw) = with_raw_tools(&v);
-        let p = parse_request_with(lean, Some(raw.clone())).unwrap();
+        let p = parse_request_with(lean, Some(raw.clone()), wires_of(&v)).unwrap();
+        let listed = !wires_of(&v).is_empty();
+        assert!(
+            p.history.iter().all(|m| m.wire.0.is_some() == listed),
+            "each message keeps its bytes"
+        );
         assert_eq!(p.format, full.format, "the format is told from the bytes too");
         assert_eq!(p.rest["tools"], Value::Null);
         assert_eq!(p.tools.as_ref(), Some(&raw));
@@ -87,7 +159,7 @@ fn tools_that_came_as_bytes_are_written_back_as_they_came() {
     }
     // Bytes handed in for a request whose tools are not null are not its tools.
     let v = json!({"model": "m", "tools": [], "messages": [{"role": "user", "content": "U"}]});
-    let p = parse_request_with(v, Some(recalld_protocol::Raw::of(&json!([1])))).unwrap();
+    let p = parse_request_with(v, Some(recalld_protocol::Raw::of(&json!([1]))), Vec::new()).unwrap();
     assert!(p.tools.is_none());
 }
 

@@ -71,11 +71,12 @@ async fn serve(stream: UnixStream, state: &Arc<AppState>, peer: &Arc<Peer>, mut 
                 }
                 Frame::Body(body) => body,
             };
-            let (request, tools) = match decode_request_lean(&body) {
+            let bytes = body.len();
+            let (request, passed) = match decode_request_lean(body) {
                 Ok(decoded) => decoded,
                 Err(bad) => {
                     Counters::bump(&state.counters.bad_frames_total);
-                    tracing::warn!(bytes = body.len(), error = %bad.error.message, "bad request frame");
+                    tracing::warn!(bytes, error = %bad.error.message, "bad request frame");
                     let _ = tx.send(Reply::err(bad.id, bad.error)).await;
                     continue;
                 }
@@ -89,7 +90,7 @@ async fn serve(stream: UnixStream, state: &Arc<AppState>, peer: &Arc<Peer>, mut 
             let peer = peer.clone();
             let tx = tx.clone();
             in_flight.spawn(async move {
-                let reply = dispatch::handle(&state, &peer, request, tools, body.len()).await;
+                let reply = dispatch::handle(&state, &peer, request, passed, bytes).await;
                 let _ = tx.send(reply).await;
                 drop(permit);
             });

@@ -9,7 +9,7 @@ use recalld_protocol::ops::{
     ImportArgs, InspectArgs, Limits, MemoriesUsedArgs, MetricsArgs, QuietArgs, ReportArgs, ScopeArgs, OPS,
 };
 use recalld_protocol::{
-    encode_value, validate_memory_id, ErrorBody, ErrorCode, Raw, Reply, Request, MAX_MEMORY_ID_BYTES,
+    encode_value, validate_memory_id, ErrorBody, ErrorCode, Passed, Reply, Request, MAX_MEMORY_ID_BYTES,
     MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use serde::de::DeserializeOwned;
@@ -23,9 +23,9 @@ use crate::engine::scopes::policy::PolicyName;
 use crate::engine::scopes::records::Sharing;
 use crate::engine::EngineError;
 
-/// `tools`: decorate's `args.request.tools` when they came as bytes (see
-/// `recalld_protocol::decode_request_lean`), handed to the engine to pass through.
-pub async fn handle(state: &Arc<AppState>, peer: &Peer, request: Request, tools: Option<Raw>, bytes: usize) -> Reply {
+/// `passed`: what of a decorate's body the decoder kept as bytes (its tools, its messages' bytes;
+/// see `recalld_protocol::decode_request_lean`), handed to the engine to write back as they came.
+pub async fn handle(state: &Arc<AppState>, peer: &Peer, request: Request, passed: Passed, bytes: usize) -> Reply {
     let memory = request
         .args
         .get("memory")
@@ -39,7 +39,7 @@ pub async fn handle(state: &Arc<AppState>, peer: &Peer, request: Request, tools:
         let op = request.op.clone();
         let started = std::time::Instant::now();
         let mut encoded = Vec::new();
-        let result = in_namespace(state, peer, request, tools, &mut encoded).await;
+        let result = in_namespace(state, peer, request, passed, &mut encoded).await;
         let elapsed = started.elapsed();
         let micros = elapsed.as_micros() as u64;
         state
@@ -74,7 +74,7 @@ async fn in_namespace(
     state: &Arc<AppState>,
     peer: &Peer,
     mut request: Request,
-    tools: Option<Raw>,
+    passed: Passed,
     encoded: &mut Vec<(String, Vec<u8>)>,
 ) -> Result<Value, ErrorBody> {
     let mut names = Vec::new();
@@ -92,9 +92,9 @@ async fn in_namespace(
         }
     }
     if names.is_empty() {
-        return run(state, peer, request, tools, encoded).await;
+        return run(state, peer, request, passed, encoded).await;
     }
-    match run(state, peer, request, tools, encoded).await {
+    match run(state, peer, request, passed, encoded).await {
         Ok(mut value) => {
             // The engine names memories and agents in replies (export's record, audit
             // entries, a scope fact's origin): give them back as the caller said them.
@@ -154,7 +154,7 @@ async fn run(
     state: &Arc<AppState>,
     peer: &Peer,
     request: Request,
-    tools: Option<Raw>,
+    passed: Passed,
     encoded: &mut Vec<(String, Vec<u8>)>,
 ) -> Result<Value, ErrorBody> {
     match request.op.as_str() {
@@ -174,7 +174,7 @@ async fn run(
         "decorate" => {
             let a = args_with_payload(request.args, "request", |a: &mut DecorateArgs, v| a.request = v)?;
             let engine = state.engine.clone();
-            let (request, mut info) = blocking(move || engine.decorate_as(a, tools, |r| r.to_msgpack())).await?;
+            let (request, mut info) = blocking(move || engine.decorate_as(a, passed, |r| r.to_msgpack())).await?;
             // Encoded ahead too, its episodes straight from their records; what names memories
             // is in its other fields.
             unqualify(&mut info.fields, peer);
