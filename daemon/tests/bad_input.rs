@@ -7,18 +7,20 @@ use serde::Serialize;
 use serde_json::json;
 use util::{code, Daemon};
 
+/// A decorate's arguments written as MessagePack from typed fields (a JSON value cannot hold
+/// a NaN).
 #[derive(Serialize)]
-struct Args {
+struct Args<R = serde_json::Value> {
     memory: &'static str,
-    request: serde_json::Value,
+    request: R,
     now: f64,
 }
 
 #[derive(Serialize)]
-struct Body {
+struct Body<R = serde_json::Value> {
     id: u64,
     op: &'static str,
-    args: Args,
+    args: Args<R>,
 }
 
 fn hello_request() -> serde_json::Value {
@@ -84,18 +86,6 @@ fn a_nan_in_a_requests_tools_is_an_invalid_argument_naming_it() {
         model: &'static str,
         messages: serde_json::Value,
         tools: [Tool; 2],
-    }
-    #[derive(Serialize)]
-    struct Args {
-        memory: &'static str,
-        request: Request,
-        now: f64,
-    }
-    #[derive(Serialize)]
-    struct Body {
-        id: u64,
-        op: &'static str,
-        args: Args,
     }
     let d = Daemon::start();
     let mut c = d.client();

@@ -79,13 +79,7 @@ const DEEPEST: usize = 64;
 /// names where they are, and a key written twice keeps only its last value there), or when the
 /// envelope or the path to the field is anything but plain (a key twice, a key not a string).
 pub fn take_decorate_tools(body: &[u8]) -> Option<(Vec<u8>, Raw)> {
-    let mut r = Reader { buf: body, at: 0 };
-    let top = r.fields(&[b"op", b"args"])?;
-    let (op, args) = (top[0]?, top[1]?);
-    if Reader::at(body, op).str()? != &b"decorate"[..] {
-        return None;
-    }
-    let request = Reader::at(body, args).fields(&[b"request"])?[0]?;
+    let request = decorate_request(body)?;
     let tools = Reader::at(body, request).fields(&[b"tools"])?[0]?;
     let mut r = Reader::at(body, tools);
     r.check(DEEPEST)?;
@@ -104,13 +98,7 @@ pub fn take_decorate_tools(body: &[u8]) -> Option<(Vec<u8>, Raw)> {
 /// `args.request.input` when it is a list) stands in `body`: `None` for one whose bytes are not
 /// a plain JSON value (see [`Raw`]), and `None` altogether when `body` is no such request.
 pub fn list_items(body: &[u8]) -> Option<Vec<Option<std::ops::Range<usize>>>> {
-    let mut r = Reader { buf: body, at: 0 };
-    let top = r.fields(&[b"op", b"args"])?;
-    let (op, args) = (top[0]?, top[1]?);
-    if Reader::at(body, op).str()? != &b"decorate"[..] {
-        return None;
-    }
-    let request = Reader::at(body, args).fields(&[b"request"])?[0]?;
+    let request = decorate_request(body)?;
     let [messages, input] = Reader::at(body, request).fields(&[b"messages", b"input"])?;
     let mut r = [messages, input]
         .into_iter()
@@ -129,6 +117,16 @@ pub fn list_items(body: &[u8]) -> Option<Vec<Option<std::ops::Range<usize>>>> {
         items.push(plain.then_some(start..r.at));
     }
     Some(items)
+}
+
+/// Where `args.request` starts in a decorate's body, when every key on the way is a string
+/// written once.
+fn decorate_request(body: &[u8]) -> Option<usize> {
+    let [op, args] = Reader::at(body, 0).fields(&[b"op", b"args"])?;
+    if Reader::at(body, op?).str()? != &b"decorate"[..] {
+        return None;
+    }
+    Reader::at(body, args?).fields(&[b"request"])?[0]
 }
 
 const NIL: u8 = 0xc0;
@@ -181,37 +179,26 @@ impl<'b> Reader<'b> {
     }
 
     fn map_len(&mut self) -> Option<usize> {
-        let n = match self.peek()? {
-            m @ 0x80..=0x8f => {
-                self.at += 1;
-                (m & 0x0f) as usize
-            }
-            0xde => {
-                self.at += 1;
-                self.len(2)?
-            }
-            0xdf => {
-                self.at += 1;
-                self.len(4)?
-            }
-            _ => return None,
-        };
-        Some(n)
+        self.count(0x80, 0xde)
     }
 
     fn array_len(&mut self) -> Option<usize> {
-        let n = match self.peek()? {
-            m @ 0x90..=0x9f => {
+        self.count(0x90, 0xdc)
+    }
+
+    /// The entries of the map or array at the cursor, whose fix marker starts at `fix` and whose
+    /// 16-bit marker is `wide` (its 32-bit one the next), read past its header; the cursor does
+    /// not move for anything else.
+    fn count(&mut self, fix: u8, wide: u8) -> Option<usize> {
+        let m = self.peek()?;
+        let n = match m {
+            _ if (fix..=fix + 0x0f).contains(&m) => {
                 self.at += 1;
                 (m & 0x0f) as usize
             }
-            0xdc => {
+            _ if m == wide || m == wide + 1 => {
                 self.at += 1;
-                self.len(2)?
-            }
-            0xdd => {
-                self.at += 1;
-                self.len(4)?
+                self.len(if m == wide { 2 } else { 4 })?
             }
             _ => return None,
         };
