@@ -125,20 +125,16 @@ pub struct Passed {
 }
 
 /// [`decode_request`], with decorate's `args.request.tools` kept as its bytes when they can be
-/// passed through unread ([`crate::raw::take_decorate_tools`]; the field is then null in
+/// passed through unread ([`crate::raw::lean_decorate`]; the field is then null in
 /// `args`), and the bytes of each of its messages found. The daemon decodes this way; what it
 /// decodes is the same request either way.
 pub fn decode_request_lean(body: Bytes) -> Result<(Request, Passed), BadRequest> {
-    let (body, tools) = match crate::raw::take_decorate_tools(&body) {
-        Some((lean, tools)) => (Bytes::from(lean), Some(tools)),
-        None => (body, None),
+    let Some(lean) = crate::raw::lean_decorate(&body) else {
+        return decode_request(&body).map(|r| (r, Passed::default()));
     };
+    let (body, tools) = lean.take_tools(body);
     let request = decode_request(&body)?;
-    let items = match request.op.as_str() {
-        "decorate" => crate::raw::list_items(&body).unwrap_or_default(),
-        _ => Vec::new(),
-    };
-    let items = items.into_iter().map(|r| r.map(|r| body.slice(r))).collect();
+    let items = lean.items.into_iter().map(|r| r.map(|r| body.slice(r))).collect();
     Ok((request, Passed { tools, items }))
 }
 

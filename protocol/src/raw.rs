@@ -5,12 +5,13 @@
 //! be written back into the request it assembles. Decoding them into JSON values, one small
 //! allocation per key and string, and encoding them again was a fifth of the request path's
 //! work on agent traffic (docs/benchmarks.md, session 46). So decorate's `args.request.tools`
-//! is taken out of the body before it is decoded ([`take_decorate_tools`]) when its bytes
-//! decode to exactly the JSON value they stand for, and written back as they came. Likewise the
-//! bytes of each message the request holds are found ([`list_items`]), so a message sent again
-//! and assembled into the reply unchanged is written back as the bytes it came as.
+//! is taken out of the body before it is decoded ([`lean_decorate`]) when its bytes decode to
+//! exactly the JSON value they stand for, and written back as they came. The same walk finds the
+//! bytes of each message the request holds, so a message sent again and assembled into the reply
+//! unchanged is written back as the bytes it came as.
 
 use std::collections::HashSet;
+use std::ops::Range;
 
 use serde_json::Value;
 
@@ -73,60 +74,69 @@ const SMALLEST: usize = 256;
 /// Nesting deeper than this is left to the decoder (and its errors).
 const DEEPEST: usize = 64;
 
-/// `body` with a decorate request's `args.request.tools` replaced by nil, and the bytes it held;
-/// `None` when `body` is not such a request, the field is small, or its bytes would not decode
-/// to the same JSON value (see [`Raw`]; non-finite numbers are refused by the decoder, which
-/// names where they are, and a key written twice keeps only its last value there), or when the
-/// envelope or the path to the field is anything but plain (a key twice, a key not a string).
-pub fn take_decorate_tools(body: &[u8]) -> Option<(Vec<u8>, Raw)> {
-    let request = decorate_request(body)?;
-    let tools = Reader::at(body, request).fields(&[b"tools"])?[0]?;
-    let mut r = Reader::at(body, tools);
-    r.check(DEEPEST)?;
-    let end = r.at;
-    if end - tools < SMALLEST {
-        return None;
-    }
-    let mut lean = Vec::with_capacity(body.len() - (end - tools) + 1);
-    lean.extend_from_slice(&body[..tools]);
-    lean.push(NIL);
-    lean.extend_from_slice(&body[end..]);
-    Some((lean, Raw(body[tools..end].to_vec())))
+/// What one walk over a decorate's body found ([`lean_decorate`]).
+#[derive(Debug)]
+pub struct Lean {
+    /// Where `args.request.tools` stands, when they are to be taken out ([`Lean::take_tools`]).
+    pub tools: Option<Range<usize>>,
+    /// Where each element of the request's message list (`messages`, else `input` when it is a
+    /// list) stands in the body to decode (the tools taken out): `None` for one whose bytes are
+    /// not a plain JSON value; empty when there is no list.
+    pub items: Vec<Option<Range<usize>>>,
 }
 
-/// Where each element of a decorate request's message list (`args.request.messages`, else
-/// `args.request.input` when it is a list) stands in `body`: `None` for one whose bytes are not
-/// a plain JSON value (see [`Raw`]), and `None` altogether when `body` is no such request.
-pub fn list_items(body: &[u8]) -> Option<Vec<Option<std::ops::Range<usize>>>> {
-    let request = decorate_request(body)?;
-    let [messages, input] = Reader::at(body, request).fields(&[b"messages", b"input"])?;
-    let mut r = [messages, input]
-        .into_iter()
-        .flatten()
-        .map(|at| Reader::at(body, at))
-        .find(|r| matches!(r.peek(), Some(0x90..=0x9f | 0xdc | 0xdd)))?;
-    let n = r.array_len()?;
-    let mut items = Vec::with_capacity(n.min(4096));
-    for _ in 0..n {
-        let start = r.at;
-        let plain = r.check(DEEPEST).is_some();
-        if !plain {
-            r.at = start;
-            r.skip()?;
+impl Lean {
+    /// `body` with the tools taken out (nil in their place; in place when nothing else holds
+    /// the body, so no second copy of a large request is made), and their bytes.
+    pub fn take_tools(&self, body: bytes::Bytes) -> (bytes::Bytes, Option<Raw>) {
+        let Some(t) = self.tools.clone() else {
+            return (body, None);
+        };
+        let raw = Raw(body[t.clone()].to_vec());
+        let mut lean = body
+            .try_into_mut()
+            .unwrap_or_else(|shared| bytes::BytesMut::from(&shared[..]));
+        lean[t.start] = NIL;
+        lean.copy_within(t.end.., t.start + 1);
+        lean.truncate(lean.len() + 1 - t.len());
+        (lean.freeze(), Some(raw))
+    }
+}
+
+/// One walk over a decorate's body: its `args.request.tools` taken out when they are a plain
+/// JSON value (see [`Raw`]; non-finite numbers are refused by the decoder, which names where they
+/// are, and a key written twice keeps only its last value there) of [`SMALLEST`] bytes or more,
+/// and where its messages stand. `None` when `body` is not a decorate, or the way to the request
+/// is anything but plain (a key twice, a key not a string, a map where one was expected not a
+/// map): the decoder then reads it all, with its errors.
+pub fn lean_decorate(body: &[u8]) -> Option<Lean> {
+    let mut r = Reader::at(body, 0);
+    let (mut decorate, mut request) = (None, None);
+    for _ in 0..r.map_len()? {
+        match r.str()? {
+            b"op" if decorate.is_none() => decorate = Some(r.str()? == &b"decorate"[..]),
+            b"args" if request.is_none() => request = Some(r.args()?),
+            b"op" | b"args" => return None,
+            _ => r.skip()?,
         }
-        items.push(plain.then_some(start..r.at));
     }
-    Some(items)
+    let Found { tools, items } = request?.filter(|_| decorate == Some(true))?;
+    let Some(t) = tools.filter(|t| t.len() >= SMALLEST) else {
+        return Some(Lean { tools: None, items });
+    };
+    // The messages after the tools move with the rest of the body.
+    let shift = |at: usize| if at >= t.end { at + 1 - t.len() } else { at };
+    let items = items
+        .into_iter()
+        .map(|i| i.map(|i| shift(i.start)..shift(i.end)))
+        .collect();
+    Some(Lean { tools: Some(t), items })
 }
 
-/// Where `args.request` starts in a decorate's body, when every key on the way is a string
-/// written once.
-fn decorate_request(body: &[u8]) -> Option<usize> {
-    let [op, args] = Reader::at(body, 0).fields(&[b"op", b"args"])?;
-    if Reader::at(body, op?).str()? != &b"decorate"[..] {
-        return None;
-    }
-    Reader::at(body, args?).fields(&[b"request"])?[0]
+/// What the walk found in a decorate's `args.request`.
+struct Found {
+    tools: Option<Range<usize>>,
+    items: Vec<Option<Range<usize>>>,
 }
 
 const NIL: u8 = 0xc0;
@@ -205,21 +215,59 @@ impl<'b> Reader<'b> {
         Some(n)
     }
 
-    /// Where the values of `names` start in the map at the cursor (each key once, every key a
-    /// string), reading past the map.
-    fn fields<const N: usize>(&mut self, names: &[&[u8]; N]) -> Option<[Option<usize>; N]> {
-        let mut found = [None; N];
+    /// Past a decorate's `args` (a map): what its `request` holds, if it has one.
+    fn args(&mut self) -> Option<Option<Found>> {
+        let mut found = None;
         for _ in 0..self.map_len()? {
-            let key = self.str()?;
-            if let Some(i) = names.iter().position(|n| *n == key) {
-                if found[i].is_some() {
-                    return None;
-                }
-                found[i] = Some(self.at);
+            match self.str()? {
+                b"request" if found.is_none() => found = Some(self.request()?),
+                b"request" => return None,
+                _ => self.skip()?,
             }
-            self.skip()?;
         }
         Some(found)
+    }
+
+    /// Past a decorate's `request` (a map): where its tools and its list's elements stand.
+    fn request(&mut self) -> Option<Found> {
+        let (mut tools, mut messages, mut input) = (None, None, None);
+        for _ in 0..self.map_len()? {
+            match self.str()? {
+                b"tools" if tools.is_none() => tools = Some(self.plain()?),
+                b"messages" if messages.is_none() => messages = Some(self.list()?),
+                b"input" if input.is_none() => input = Some(self.list()?),
+                b"tools" | b"messages" | b"input" => return None,
+                _ => self.skip()?,
+            }
+        }
+        Some(Found {
+            tools: tools.flatten(),
+            items: messages.flatten().or(input.flatten()).unwrap_or_default(),
+        })
+    }
+
+    /// Past one value: where it stands when it is a plain JSON value (see [`Raw`]).
+    fn plain(&mut self) -> Option<Option<Range<usize>>> {
+        let start = self.at;
+        if self.check(DEEPEST).is_some() {
+            return Some(Some(start..self.at));
+        }
+        self.at = start;
+        self.skip()?;
+        Some(None)
+    }
+
+    /// Past one value: when it is an array, where each element stands (see [`Reader::plain`]).
+    fn list(&mut self) -> Option<Option<Vec<Option<Range<usize>>>>> {
+        let Some(n) = self.array_len() else {
+            self.skip()?;
+            return Some(None);
+        };
+        let mut items = Vec::with_capacity(n.min(4096));
+        for _ in 0..n {
+            items.push(self.plain()?);
+        }
+        Some(Some(items))
     }
 
     /// Past one value, unchecked.
@@ -335,6 +383,21 @@ mod tests {
         rmp_serde::to_vec_named(v).unwrap()
     }
 
+    /// The body to decode and the tools taken out of it.
+    fn take_decorate_tools(body: &[u8]) -> Option<(Vec<u8>, Raw)> {
+        let lean = lean_decorate(body)?;
+        let (decoded, tools) = lean.take_tools(bytes::Bytes::copy_from_slice(body));
+        Some((decoded.to_vec(), tools?))
+    }
+
+    /// Each message as its bytes decode, from the body to decode.
+    fn messages_of(body: &[u8]) -> Option<Vec<Option<Value>>> {
+        let lean = lean_decorate(body)?;
+        let (decoded, _) = lean.take_tools(bytes::Bytes::copy_from_slice(body));
+        let value = |r: Range<usize>| rmp_serde::from_slice(&decoded[r]).unwrap();
+        Some(lean.items.into_iter().map(|r| r.map(value)).collect())
+    }
+
     fn tools() -> Value {
         let schema = json!({"type": "object", "properties": {"city": {"type": "string", "description": "a city's name, as people write it"}}, "required": ["city"]});
         json!((0..4).map(|i| json!({"type": "function", "function": {"name": format!("tool_{i}"), "description": "looks things up ✓", "parameters": schema, "strict": true, "weight": 0.5}})).collect::<Vec<_>>())
@@ -363,6 +426,18 @@ mod tests {
         assert_eq!(restored(&body).unwrap(), decorate(tools()));
         // The key order within each map, which a provider's cached prefix sees, is the bytes'.
         assert_eq!(raw.bytes(), pack(&tools()).as_slice());
+    }
+
+    #[test]
+    fn tools_are_taken_out_in_place_or_from_a_copy_when_the_body_is_shared() {
+        let body = bytes::Bytes::from(pack(&decorate(tools())));
+        let lean = lean_decorate(&body).unwrap();
+        let (alone, _) = lean.take_tools(bytes::Bytes::copy_from_slice(&body));
+        let kept = body.clone();
+        let (shared, raw) = lean.take_tools(body);
+        assert_eq!(alone, shared);
+        assert_eq!(raw.unwrap().to_value(), tools());
+        assert_eq!(kept, pack(&decorate(tools())), "the other holder's bytes are untouched");
     }
 
     #[test]
@@ -453,26 +528,27 @@ mod tests {
 
     #[test]
     fn each_message_is_found_as_its_bytes() {
-        let body = pack(&decorate(tools()));
-        let items = list_items(&body).unwrap();
         let v = decorate(tools());
-        let messages = v["args"]["request"]["messages"].as_array().unwrap();
-        assert_eq!(items.len(), messages.len());
-        for (range, m) in items.iter().zip(messages) {
-            let range = range.clone().unwrap();
-            assert_eq!(&rmp_serde::from_slice::<Value>(&body[range]).unwrap(), m);
-        }
-        // In the lean body too, and in a Responses request's `input` list.
+        let list = v["args"]["request"]["messages"].clone();
+        let messages: Vec<Option<Value>> = list.as_array().unwrap().iter().cloned().map(Some).collect();
+        // With the tools ahead of them taken out (the messages move with the rest of the body),
+        // and in the body left.
+        let body = pack(&v);
+        assert!(lean_decorate(&body).unwrap().tools.is_some());
+        assert_eq!(messages_of(&body).unwrap(), messages);
         let (lean, _) = take_decorate_tools(&body).unwrap();
-        let range = list_items(&lean).unwrap()[0].clone().unwrap();
-        assert_eq!(&rmp_serde::from_slice::<Value>(&lean[range]).unwrap(), &messages[0]);
+        assert_eq!(messages_of(&lean).unwrap(), messages);
+        // Messages ahead of the tools stay where they are.
+        let first = json!({"id": 1, "op": "decorate", "args": {"request": {"messages": list, "tools": tools()}}});
+        assert_eq!(messages_of(&pack(&first)).unwrap(), messages);
+        // A Responses request's `input` list; a string `input` has none.
         let mut responses = decorate(tools());
         let request = responses["args"]["request"].as_object_mut().unwrap();
         let input = request.remove("messages").unwrap();
         request.insert("input".into(), input);
-        assert_eq!(list_items(&pack(&responses)).unwrap().len(), 1);
+        assert_eq!(messages_of(&pack(&responses)).unwrap().len(), 1);
         request_as_string(&mut responses);
-        assert!(list_items(&pack(&responses)).is_none());
+        assert!(messages_of(&pack(&responses)).unwrap().is_empty());
         // A message whose bytes are not plain gets none; the others keep theirs.
         let mut twice = decorate(tools());
         twice["args"]["request"]["messages"] =
@@ -480,7 +556,7 @@ mod tests {
         let mut b = pack(&twice);
         let at = b.windows(3).position(|w| w == b"\xa2bb").unwrap();
         b.splice(at + 1..at + 3, [0xff, 0xfe]);
-        let items = list_items(&b).unwrap();
+        let items = messages_of(&b).unwrap();
         assert!(items[0].is_some() && items[1].is_none());
     }
 
