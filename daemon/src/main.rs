@@ -330,6 +330,10 @@ fn serve(over: Overrides) -> Result<(), ExitCode> {
         .on_thread_start(|| {
             recalld::cpu::request_path_thread();
         })
+        // Decoding a request nested as deep as the decoder allows (1,024 levels) took more than
+        // the 2 MB default in a debug build (test `bad_input::a_request_nested_a_million…`);
+        // address space, touched only as far as it is used.
+        .thread_stack_size(8 << 20)
         .enable_all()
         .build()
         .expect("tokio runtime");

@@ -125,6 +125,37 @@ fn a_nan_in_a_requests_tools_is_an_invalid_argument_naming_it() {
     assert_eq!(reply.ok.unwrap()["request"]["tools"][1]["weight"], 0.25);
 }
 
+/// A decorate nested a million levels deep (walked by the server before it is decoded, to find
+/// the parts it passes through as bytes) is refused, and the daemon goes on.
+#[test]
+fn a_request_nested_a_million_deep_is_refused_and_the_daemon_goes_on() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    let mut b = Vec::new();
+    rmp::encode::write_map_len(&mut b, 3).unwrap();
+    rmp::encode::write_str(&mut b, "id").unwrap();
+    rmp::encode::write_uint(&mut b, 31).unwrap();
+    rmp::encode::write_str(&mut b, "op").unwrap();
+    rmp::encode::write_str(&mut b, "decorate").unwrap();
+    rmp::encode::write_str(&mut b, "args").unwrap();
+    rmp::encode::write_map_len(&mut b, 2).unwrap();
+    rmp::encode::write_str(&mut b, "memory").unwrap();
+    rmp::encode::write_str(&mut b, "deep").unwrap();
+    rmp::encode::write_str(&mut b, "request").unwrap();
+    rmp::encode::write_map_len(&mut b, 2).unwrap();
+    rmp::encode::write_str(&mut b, "messages").unwrap();
+    rmp::encode::write_array_len(&mut b, 1).unwrap();
+    b.extend(std::iter::repeat_n(0x91u8, 1_000_000));
+    b.push(0xc0);
+    rmp::encode::write_str(&mut b, "tools").unwrap();
+    b.extend(std::iter::repeat_n(0x91u8, 1_000_000));
+    b.push(0xc0);
+    c.send_raw_body(&b).unwrap();
+    let reply = c.recv().unwrap();
+    assert!(reply.err.is_some(), "a million levels were accepted");
+    assert_eq!(c.call("ping", json!({"payload": 1})).unwrap()["payload"], 1);
+}
+
 #[test]
 fn a_chat_tool_output_without_its_call_is_refused_naming_the_message() {
     let d = Daemon::start();

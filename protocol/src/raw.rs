@@ -270,55 +270,44 @@ impl<'b> Reader<'b> {
         Some(Some(items))
     }
 
-    /// Past one value, unchecked.
+    /// Past one value, unchecked. A loop over the values still to pass, not a recursion: a
+    /// client's request nested a million levels deep costs no stack (each value read takes a
+    /// byte at least, so the loop ends with the body).
     fn skip(&mut self) -> Option<()> {
-        let m = self.byte()?;
-        let n = match m {
-            0x00..=0x7f | 0xc0 | 0xc2 | 0xc3 | 0xe0..=0xff => 0,
-            0x80..=0x8f => return self.skip_n(2 * (m & 0x0f) as usize),
-            0x90..=0x9f => return self.skip_n((m & 0x0f) as usize),
-            0xa0..=0xbf => (m & 0x1f) as usize,
-            0xc4 | 0xd9 => self.len(1)?,
-            0xc5 | 0xda => self.len(2)?,
-            0xc6 | 0xdb => self.len(4)?,
-            0xc7 => self.len(1)? + 1,
-            0xc8 => self.len(2)? + 1,
-            0xc9 => self.len(4)? + 1,
-            0xca => 4,
-            0xcb => 8,
-            0xcc | 0xd0 => 1,
-            0xcd | 0xd1 => 2,
-            0xce | 0xd2 => 4,
-            0xcf | 0xd3 => 8,
-            0xd4 => 2,
-            0xd5 => 3,
-            0xd6 => 5,
-            0xd7 => 9,
-            0xd8 => 17,
-            0xdc => {
-                let n = self.len(2)?;
-                return self.skip_n(n);
-            }
-            0xdd => {
-                let n = self.len(4)?;
-                return self.skip_n(n);
-            }
-            0xde => {
-                let n = self.len(2)?;
-                return self.skip_n(n.checked_mul(2)?);
-            }
-            0xdf => {
-                let n = self.len(4)?;
-                return self.skip_n(n.checked_mul(2)?);
-            }
-            0xc1 => return None,
-        };
-        self.take(n).map(|_| ())
-    }
-
-    fn skip_n(&mut self, n: usize) -> Option<()> {
-        for _ in 0..n {
-            self.skip()?;
+        let mut pending: usize = 1;
+        while pending > 0 {
+            pending -= 1;
+            let m = self.byte()?;
+            let (values, bytes) = match m {
+                0x00..=0x7f | 0xc0 | 0xc2 | 0xc3 | 0xe0..=0xff => (0, 0),
+                0x80..=0x8f => (2 * (m & 0x0f) as usize, 0),
+                0x90..=0x9f => ((m & 0x0f) as usize, 0),
+                0xa0..=0xbf => (0, (m & 0x1f) as usize),
+                0xc4 | 0xd9 => (0, self.len(1)?),
+                0xc5 | 0xda => (0, self.len(2)?),
+                0xc6 | 0xdb => (0, self.len(4)?),
+                0xc7 => (0, self.len(1)? + 1),
+                0xc8 => (0, self.len(2)? + 1),
+                0xc9 => (0, self.len(4)? + 1),
+                0xca => (0, 4),
+                0xcb => (0, 8),
+                0xcc | 0xd0 => (0, 1),
+                0xcd | 0xd1 => (0, 2),
+                0xce | 0xd2 => (0, 4),
+                0xcf | 0xd3 => (0, 8),
+                0xd4 => (0, 2),
+                0xd5 => (0, 3),
+                0xd6 => (0, 5),
+                0xd7 => (0, 9),
+                0xd8 => (0, 17),
+                0xdc => (self.len(2)?, 0),
+                0xdd => (self.len(4)?, 0),
+                0xde => (self.len(2)?.checked_mul(2)?, 0),
+                0xdf => (self.len(4)?.checked_mul(2)?, 0),
+                0xc1 => return None,
+            };
+            self.take(bytes)?;
+            pending = pending.checked_add(values)?;
         }
         Some(())
     }
@@ -508,6 +497,39 @@ mod tests {
             tools.extend(&map);
             assert!(take_decorate_tools(&with(&tools)).is_some(), "{n} keys, none twice");
         }
+    }
+
+    #[test]
+    fn a_value_nested_deeper_than_any_stack_is_passed_over_or_left_to_the_decoder() {
+        // A message a million arrays deep ahead of the tools: walked past without recursion.
+        let mut deep = vec![0x91u8; 1_000_000];
+        deep.push(0xc0);
+        let mut b = Vec::new();
+        rmp::encode::write_map_len(&mut b, 3).unwrap();
+        rmp::encode::write_str(&mut b, "op").unwrap();
+        rmp::encode::write_str(&mut b, "decorate").unwrap();
+        rmp::encode::write_str(&mut b, "args").unwrap();
+        rmp::encode::write_map_len(&mut b, 1).unwrap();
+        rmp::encode::write_str(&mut b, "request").unwrap();
+        rmp::encode::write_map_len(&mut b, 2).unwrap();
+        rmp::encode::write_str(&mut b, "messages").unwrap();
+        rmp::encode::write_array_len(&mut b, 1).unwrap();
+        b.extend(&deep);
+        rmp::encode::write_str(&mut b, "tools").unwrap();
+        b.extend(pack(&tools()));
+        rmp::encode::write_str(&mut b, "id").unwrap();
+        rmp::encode::write_uint(&mut b, 1).unwrap();
+        let lean = lean_decorate(&b).unwrap();
+        assert!(lean.tools.is_some());
+        assert_eq!(lean.items, vec![None], "too deep to be passed as bytes");
+        // As the tools themselves: left to the decoder.
+        let mut t = vec![0x91u8; 1_000_000];
+        t.push(0xc0);
+        let at = b.len() - pack(&tools()).len() - 4; // "id": 1 follows the tools
+        let mut c = b[..at].to_vec();
+        c.extend(&t);
+        c.extend(&b[at + pack(&tools()).len()..]);
+        assert!(lean_decorate(&c).unwrap().tools.is_none());
     }
 
     #[test]
