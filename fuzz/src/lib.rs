@@ -49,10 +49,11 @@ fn envelope(body: &[u8]) {
             let slot = request.args.get_mut("request").and_then(|r| r.get_mut("tools"));
             *slot.expect("tools taken out leave their place") = tools.to_value();
         }
-        let list = request
-            .args
-            .get("request")
-            .and_then(|r| r.get("messages").or_else(|| r.get("input")));
+        // The list the decoder's walk reads: `messages` when it is a list, else `input`.
+        let request_of = request.args.get("request");
+        let list = ["messages", "input"]
+            .into_iter()
+            .find_map(|k| request_of.and_then(|r| r.get(k)).filter(|l| l.is_array()));
         for (i, item) in passed.items.iter().enumerate() {
             if let Some(item) = item {
                 let value: serde_json::Value = rmp_serde::from_slice(item).expect("a message's bytes decode");
