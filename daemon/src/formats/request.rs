@@ -62,14 +62,10 @@ pub fn parse_request_with(
     Ok(parsed)
 }
 
-/// Each message's wire bytes, when `wires` has them for a list of `len`.
+/// Each message's wire bytes, when `wires` has them for a list of `len`; none otherwise.
 fn wires_for(wires: Vec<Option<bytes::Bytes>>, len: usize) -> impl Iterator<Item = Wire> {
-    let known = wires.len() == len;
-    wires
-        .into_iter()
-        .filter(move |_| known)
-        .map(Wire)
-        .chain(std::iter::repeat_with(Wire::default))
+    let wires = if wires.len() == len { wires } else { Vec::new() };
+    wires.into_iter().map(Wire).chain(std::iter::repeat_with(Wire::default))
 }
 
 fn parse_object(
