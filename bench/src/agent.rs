@@ -41,6 +41,61 @@ struct ChatRequest<'s> {
     messages: &'s [Value],
     #[serde(skip_serializing_if = "Option::is_none")]
     tools: Option<&'s [Value]>,
+    /// `messages` and `tools` as MessagePack, encoded once a session.
+    #[serde(skip)]
+    packed: &'s Packed,
+}
+
+/// A session's messages and tools encoded once: a client resends the whole history with every
+/// call, and encoding it again each time was a fifth of the load benchmark's own CPU, taken
+/// from the two cores the daemon it measures runs on.
+#[derive(Default)]
+struct Packed {
+    messages: Vec<Vec<u8>>,
+    tools: Vec<u8>,
+}
+
+impl Packed {
+    fn of(session: &[Value], tools: &[Value]) -> Packed {
+        fn pack<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
+            rmp_serde::to_vec(v).expect("JSON values always encode")
+        }
+        Packed {
+            messages: session.iter().map(pack).collect(),
+            tools: pack(tools),
+        }
+    }
+}
+
+impl DecorateArgs<'_> {
+    /// The arguments as MessagePack, as `rmp_serde` writes them from their JSON form, but the
+    /// messages and tools written as the bytes they were encoded to once.
+    pub fn write_msgpack(&self, out: &mut impl std::io::Write) -> Result<(), String> {
+        use rmp::encode::{write_array_len, write_f64, write_map_len, write_str, write_uint};
+        let r = &self.request;
+        let err = |e: rmp::encode::ValueWriteError| e.to_string();
+        write_map_len(out, 4).map_err(err)?;
+        write_str(out, "memory").map_err(err)?;
+        write_str(out, self.memory).map_err(err)?;
+        write_str(out, "request").map_err(err)?;
+        write_map_len(out, 2 + u32::from(r.tools.is_some())).map_err(err)?;
+        write_str(out, "model").map_err(err)?;
+        write_str(out, r.model).map_err(err)?;
+        write_str(out, "messages").map_err(err)?;
+        write_array_len(out, r.messages.len() as u32).map_err(err)?;
+        for m in &r.packed.messages[..r.messages.len()] {
+            out.write_all(m).map_err(|e| e.to_string())?;
+        }
+        if r.tools.is_some() {
+            write_str(out, "tools").map_err(err)?;
+            out.write_all(&r.packed.tools).map_err(|e| e.to_string())?;
+        }
+        write_str(out, "now").map_err(err)?;
+        write_f64(out, self.now).map_err(|e| e.to_string())?;
+        write_str(out, "ceiling").map_err(err)?;
+        write_uint(out, self.ceiling).map_err(|e| e.to_string())?;
+        Ok(())
+    }
 }
 
 pub struct Agent<'a> {
@@ -53,6 +108,7 @@ pub struct Agent<'a> {
     sessions: usize,
     session: Vec<Value>,
     tools: Vec<Value>,
+    packed: Packed,
     /// The first message of `session` not yet sent to the daemon.
     next: usize,
     /// The assistant message the pending call is answered with.
@@ -81,6 +137,7 @@ impl<'a> Agent<'a> {
             sessions: 0,
             session: Vec::new(),
             tools: Vec::new(),
+            packed: Packed::default(),
             next: 0,
             answer: None,
             now: 1.7e9,
@@ -100,6 +157,7 @@ impl<'a> Agent<'a> {
     /// Leaves the current session (e.g. after an error): the next call opens a new one.
     pub fn abandon_session(&mut self) {
         self.session.clear();
+        self.packed = Packed::default();
         self.next = 0;
         self.answer = None;
     }
@@ -111,6 +169,7 @@ impl<'a> Agent<'a> {
         self.sessions += 1;
         self.session = traces::session(trace, &tag);
         self.tools = trace.tools.clone();
+        self.packed = Packed::of(&self.session, &self.tools);
         self.next = 0;
         self.now += self.session_gap_s;
     }
@@ -155,6 +214,7 @@ impl<'a> Agent<'a> {
                 model: MODEL,
                 messages: &self.session[..i],
                 tools: (!self.tools.is_empty()).then_some(&self.tools[..]),
+                packed: &self.packed,
             },
             now: self.now,
             ceiling: self.ceiling,
@@ -245,4 +305,43 @@ fn object_of(text: &str) -> String {
         .find(|w| w.chars().any(|c| c.is_ascii_digit()))
         .unwrap_or("the user's request")
         .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::traces::Trace;
+
+    #[test]
+    fn arguments_written_from_their_packed_messages_read_as_their_json_form() {
+        let tool = json!({"type": "function", "function": {"name": "look_up", "parameters": {"type": "object", "properties": {"id": {"type": "integer"}}}}});
+        let trace = |tools: Vec<Value>| Trace {
+            id: "t".into(),
+            messages: vec![
+                json!({"role": "system", "content": "be brief"}),
+                json!({"role": "user", "content": "find order 7 ✓"}),
+                json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "look_up", "arguments": "{\"id\": 7}"}}]}),
+                json!({"role": "tool", "tool_call_id": "c1", "content": "shipped, 2.5 kg"}),
+                json!({"role": "assistant", "content": "It shipped."}),
+            ],
+            tools,
+        };
+        for traces in [vec![trace(vec![tool.clone()])], vec![trace(Vec::new())]] {
+            let mut a = Agent::new("m".into(), 0, &traces, 16_000);
+            for _ in 0..3 {
+                let args = a.decorate_call();
+                let mut bytes = Vec::new();
+                args.write_msgpack(&mut bytes).unwrap();
+                let read: Value = rmp_serde::from_slice(&bytes).unwrap();
+                assert_eq!(read, serde_json::to_value(&args).unwrap());
+                assert_eq!(
+                    bytes,
+                    rmp_serde::to_vec_named(&args).unwrap(),
+                    "the same bytes, key order too"
+                );
+                let info = json!({"note_ask": false});
+                a.report_args(&info);
+            }
+        }
+    }
 }

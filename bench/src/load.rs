@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use bytes::BufMut;
 use recalld::client::{Client, ClientError};
 use recalld_protocol::{encode_request, Request};
 use serde_json::{json, Value};
@@ -364,17 +365,40 @@ fn traffic<'a>(
 /// the decorate's arguments kept for the floor when `keep`). Ok(false) when the daemon refused
 /// a call: counted, and the session left.
 fn turn(client: &mut Client, a: &mut Agent, m: &mut Measured, think: Duration, keep: bool) -> Result<bool, String> {
-    /// What the traffic reads of a decorate's reply (its `request` is skipped, not built).
+    /// What the traffic reads of a decorate's reply (its `request` is cut out unread, and of
+    /// its `info` only what the next report and the figures need is built).
     #[derive(serde::Deserialize)]
     struct Decorated {
-        info: Value,
+        info: Info,
+    }
+    #[derive(serde::Deserialize)]
+    struct Info {
+        #[serde(default)]
+        note_ask: bool,
+        #[serde(default)]
+        episodes: Value,
+        recall: Option<Recall>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Recall {
+        ms: Option<RecallMs>,
+    }
+    #[derive(serde::Deserialize)]
+    struct RecallMs {
+        total: Option<f64>,
+        embed: Option<f64>,
     }
     let args = a.decorate_call();
     if keep {
         m.kept.push(serde_json::to_value(&args).map_err(|e| e.to_string())?);
     }
     let t = Instant::now();
-    let decorated = match client.call_as::<_, Decorated>("decorate", &args) {
+    let decorated = match client
+        .send_with("decorate", |b| {
+            args.write_msgpack(&mut b.writer()).expect("a buffer takes every write")
+        })
+        .and_then(|id| client.recv_without::<Decorated>(id, "request"))
+    {
         Ok(d) => d,
         Err(e) => {
             note_error(m, &a.memory, "decorate", e)?;
@@ -384,18 +408,22 @@ fn turn(client: &mut Client, a: &mut Agent, m: &mut Measured, think: Duration, k
     };
     let took = ms(t);
     m.bytes.push(client.sent_bytes());
-    let recall_ms = &decorated.info["recall"]["ms"];
-    match recall_ms["total"].as_f64() {
-        Some(recall) => {
+    let Info {
+        note_ask,
+        episodes,
+        recall,
+    } = decorated.info;
+    match recall.and_then(|r| r.ms).and_then(|ms| Some((ms.total?, ms.embed))) {
+        Some((total, embed)) => {
             m.decorate_recall.push(took);
-            m.recall.push(recall);
-            m.recall_embed.push(recall_ms["embed"].as_f64().unwrap_or(0.0));
+            m.recall.push(total);
+            m.recall_embed.push(embed.unwrap_or(0.0));
         }
         None => m.decorate.push(took),
     }
     // The model's time: this client's other memories wait too, as its agent would.
     std::thread::sleep(think);
-    let args = a.report_args(&decorated.info);
+    let args = a.report_args(&json!({"note_ask": note_ask, "episodes": episodes}));
     let t = Instant::now();
     match client.call("report", args) {
         Ok(_) => {

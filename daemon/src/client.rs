@@ -95,6 +95,27 @@ impl Client {
         Ok(id)
     }
 
+    /// Sends a request whose arguments (a map) `write_args` writes as MessagePack itself (parts
+    /// of them encoded once and sent again as bytes); returns its id.
+    pub fn send_with(&mut self, op: &str, write_args: impl FnOnce(&mut BytesMut)) -> Result<u64, ClientError> {
+        use rmp::encode::{write_map_len, write_str, write_uint};
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send_frame(|b| {
+            let mut w = b.writer();
+            let envelope = write_map_len(&mut w, 3)
+                .and_then(|_| write_str(&mut w, "id"))
+                .and_then(|_| write_uint(&mut w, id).map(|_| ()))
+                .and_then(|_| write_str(&mut w, "op"))
+                .and_then(|_| write_str(&mut w, op))
+                .and_then(|_| write_str(&mut w, "args"));
+            envelope.map_err(|e| e.to_string())?;
+            write_args(b);
+            Ok(())
+        })?;
+        Ok(id)
+    }
+
     /// Encodes one frame with `write` and sends it; nothing is sent when `write` fails.
     fn send_frame(&mut self, write: impl FnOnce(&mut BytesMut) -> Result<(), String>) -> Result<(), ClientError> {
         let mut out = std::mem::take(&mut self.out);
@@ -170,25 +191,42 @@ impl Client {
     /// fields `T` does not name are skipped, never built (a decorate's `request` is most of its
     /// reply).
     pub fn call_as<A: Serialize, T: DeserializeOwned>(&mut self, op: &str, args: &A) -> Result<T, ClientError> {
-        #[derive(Deserialize)]
-        struct Incoming<T> {
-            id: u64,
-            #[serde(default = "none")]
-            ok: Option<T>,
-            #[serde(default)]
-            err: Option<ErrorBody>,
-        }
-        fn none<T>() -> Option<T> {
-            None
-        }
         let id = self.send_as(op, args)?;
         let body = self.recv_body()?;
-        let reply: Incoming<T> = rmp_serde::from_slice(&body).map_err(|e| ClientError::BadReply(e.to_string()))?;
-        if reply.id != id {
-            return Err(ClientError::BadReply(format!("reply id {} for request {id}", reply.id)));
-        }
-        outcome(reply.ok, reply.err)
+        read_as(id, &body)
     }
+
+    /// Reads the reply to request `id` (the next one) as [`Client::call_as`] does, its
+    /// `ok.<skip>` cut out unread: not decoded even to be skipped
+    /// ([`recalld_protocol::raw::reply_without`]).
+    pub fn recv_without<T: DeserializeOwned>(&mut self, id: u64, skip: &str) -> Result<T, ClientError> {
+        let body = self.recv_body()?;
+        match recalld_protocol::raw::reply_without(&body, skip) {
+            Some(cut) => read_as(id, &cut),
+            None => read_as(id, &body),
+        }
+    }
+}
+
+/// A reply's body read as the reply to request `id`, its `ok` as a `T`: the fields `T` does
+/// not name are skipped.
+fn read_as<T: DeserializeOwned>(id: u64, body: &[u8]) -> Result<T, ClientError> {
+    #[derive(Deserialize)]
+    struct Incoming<T> {
+        id: u64,
+        #[serde(default = "none")]
+        ok: Option<T>,
+        #[serde(default)]
+        err: Option<ErrorBody>,
+    }
+    fn none<T>() -> Option<T> {
+        None
+    }
+    let reply: Incoming<T> = rmp_serde::from_slice(body).map_err(|e| ClientError::BadReply(e.to_string()))?;
+    if reply.id != id {
+        return Err(ClientError::BadReply(format!("reply id {} for request {id}", reply.id)));
+    }
+    outcome(reply.ok, reply.err)
 }
 
 impl Client {

@@ -133,6 +133,36 @@ pub fn lean_decorate(body: &[u8]) -> Option<Lean> {
     Some(Lean { tools: Some(t), items })
 }
 
+/// A reply's body with `ok.<key>` in it replaced by nil, for a client that reads the rest only:
+/// a decorate's `request` is most of its reply, and a client that reads only its `info` (the
+/// load benchmark, whose own CPU shares the machine with the daemon it measures) need not
+/// decode it, even to skip it. `None` when the body is not a map whose `ok` is a map holding
+/// `key` (an error reply): the caller then decodes the body as it is.
+pub fn reply_without(body: &[u8], key: &str) -> Option<Vec<u8>> {
+    let mut r = Reader::at(body, 0);
+    for _ in 0..r.map_len()? {
+        if r.str()? != b"ok" {
+            r.skip()?;
+            continue;
+        }
+        for _ in 0..r.map_len()? {
+            if r.str()? != key.as_bytes() {
+                r.skip()?;
+                continue;
+            }
+            let start = r.at;
+            r.skip()?;
+            let mut out = Vec::with_capacity(body.len() + 1 - (r.at - start));
+            out.extend_from_slice(&body[..start]);
+            out.push(NIL);
+            out.extend_from_slice(&body[r.at..]);
+            return Some(out);
+        }
+        return None;
+    }
+    None
+}
+
 /// What the walk found in a decorate's `args.request`.
 struct Found {
     tools: Option<Range<usize>>,
@@ -404,6 +434,23 @@ mod tests {
         assert_eq!(*slot, Value::Null, "the field keeps its place as nil");
         *slot = raw.to_value();
         Some(v)
+    }
+
+    #[test]
+    fn a_replys_field_is_cut_out_and_the_rest_reads_as_before() {
+        let reply = json!({"id": 3, "ok": {"request": {"messages": [{"role": "user", "content": "hi"}], "tools": tools()}, "info": {"turn": 2, "recall": null}}});
+        let cut = reply_without(&pack(&reply), "request").unwrap();
+        let v: Value = rmp_serde::from_slice(&cut).unwrap();
+        assert_eq!(
+            v,
+            json!({"id": 3, "ok": {"request": null, "info": {"turn": 2, "recall": null}}})
+        );
+        // An error reply, a field not there, a body cut short: the caller decodes it whole.
+        let err = json!({"id": 3, "err": {"code": "invalid_argument", "message": "no"}});
+        assert_eq!(reply_without(&pack(&err), "request"), None);
+        assert_eq!(reply_without(&pack(&reply), "nothing"), None);
+        let body = pack(&reply);
+        assert_eq!(reply_without(&body[..body.len() - 3], "info"), None);
     }
 
     #[test]
