@@ -4,7 +4,9 @@
 //! - `frames`: a byte stream cut into arbitrary reads goes through the frame decoder and every
 //!   body through the envelope decoder. No panic; a body is never over the limit; a request
 //!   that decodes encodes and decodes to itself, and decodes alike when decorate's tools are
-//!   passed through as bytes (the daemon's decoder), whose messages' bytes are those messages.
+//!   passed through as bytes (the daemon's decoder), whose messages' bytes are those messages;
+//!   a body read as a reply without its `ok.request` (the load benchmark's client) reads as the
+//!   whole one with that field null.
 //! - `requests`: JSON text goes through the provider-request and reply parsers (Chat
 //!   Completions, Responses, Anthropic Messages). No panic; a request that parses renders to a
 //!   request that parses, and rendering is a fixpoint from there.
@@ -68,6 +70,16 @@ fn envelope(body: &[u8]) {
     });
     assert_eq!(lean, decoded, "the daemon's decoder reads what the plain one reads");
     let _ = decode_reply(body);
+    // A reply read without its `ok.request` reads as the whole one with that field null.
+    if let Some(cut) = recalld_protocol::raw::reply_without(body, "request") {
+        if let Ok(mut whole) = rmp_serde::from_slice::<serde_json::Value>(body) {
+            if let Some(slot) = whole.get_mut("ok").and_then(|ok| ok.get_mut("request")) {
+                *slot = serde_json::Value::Null;
+            }
+            let cut: serde_json::Value = rmp_serde::from_slice(&cut).expect("a reply that decoded decodes cut");
+            assert_eq!(cut, whole, "a reply cut reads as the whole one");
+        }
+    }
 }
 
 /// The input is JSON text; anything else is no request at all.

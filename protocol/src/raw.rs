@@ -136,31 +136,42 @@ pub fn lean_decorate(body: &[u8]) -> Option<Lean> {
 /// A reply's body with `ok.<key>` in it replaced by nil, for a client that reads the rest only:
 /// a decorate's `request` is most of its reply, and a client that reads only its `info` (the
 /// load benchmark, whose own CPU shares the machine with the daemon it measures) need not
-/// decode it, even to skip it. `None` when the body is not a map whose `ok` is a map holding
-/// `key` (an error reply): the caller then decodes the body as it is.
+/// decode it, even to skip it. `None` when the body is not a map whose one `ok` is a map holding
+/// `key` once (an error reply, say): the caller then decodes the body as it is.
 pub fn reply_without(body: &[u8], key: &str) -> Option<Vec<u8>> {
     let mut r = Reader::at(body, 0);
+    let mut found: Option<Option<Range<usize>>> = None;
     for _ in 0..r.map_len()? {
         if r.str()? != b"ok" {
             r.skip()?;
             continue;
         }
+        if found.is_some() {
+            return None;
+        }
+        let mut at = None;
         for _ in 0..r.map_len()? {
-            if r.str()? != key.as_bytes() {
-                r.skip()?;
-                continue;
-            }
+            let this = r.str()? == key.as_bytes();
             let start = r.at;
             r.skip()?;
-            let mut out = Vec::with_capacity(body.len() + 1 - (r.at - start));
-            out.extend_from_slice(&body[..start]);
-            out.push(NIL);
-            out.extend_from_slice(&body[r.at..]);
-            return Some(out);
+            if this {
+                if at.is_some() {
+                    return None;
+                }
+                at = Some(start..r.at);
+            }
         }
+        found = Some(at);
+    }
+    if r.at != body.len() {
         return None;
     }
-    None
+    let cut = found??;
+    let mut out = Vec::with_capacity(body.len() + 1 - cut.len());
+    out.extend_from_slice(&body[..cut.start]);
+    out.push(NIL);
+    out.extend_from_slice(&body[cut.end..]);
+    Some(out)
 }
 
 /// What the walk found in a decorate's `args.request`.
@@ -451,6 +462,28 @@ mod tests {
         assert_eq!(reply_without(&pack(&reply), "nothing"), None);
         let body = pack(&reply);
         assert_eq!(reply_without(&body[..body.len() - 3], "info"), None);
+        // Read as a decoder would read it, or not at all: a key twice, bytes after the reply.
+        // {"ok": {k1: 1, k2: 2}, outer: {}}, written key by key so that a key may come twice.
+        let written = |inner: [&str; 2], outer: &str| {
+            use rmp::encode::{write_map_len, write_str, write_uint};
+            let mut b = Vec::new();
+            write_map_len(&mut b, 2).unwrap();
+            write_str(&mut b, "ok").unwrap();
+            write_map_len(&mut b, 2).unwrap();
+            for (i, k) in inner.iter().enumerate() {
+                write_str(&mut b, k).unwrap();
+                write_uint(&mut b, i as u64 + 1).unwrap();
+            }
+            write_str(&mut b, outer).unwrap();
+            write_map_len(&mut b, 0).unwrap();
+            b
+        };
+        assert!(reply_without(&written(["request", "info"], "id"), "request").is_some());
+        assert_eq!(reply_without(&written(["request", "request"], "id"), "request"), None);
+        assert_eq!(reply_without(&written(["request", "info"], "ok"), "request"), None);
+        let mut longer = pack(&reply);
+        longer.push(0);
+        assert_eq!(reply_without(&longer, "request"), None);
     }
 
     #[test]
