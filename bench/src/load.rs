@@ -394,9 +394,7 @@ fn turn(client: &mut Client, a: &mut Agent, m: &mut Measured, think: Duration, k
     }
     let t = Instant::now();
     let decorated = match client
-        .send_with("decorate", |b| {
-            args.write_msgpack(&mut b.writer()).expect("a buffer takes every write")
-        })
+        .send_with("decorate", |b| args.write_msgpack(&mut b.writer()))
         .and_then(|id| client.recv_without::<Decorated>(id, "request"))
     {
         Ok(d) => d,

@@ -82,22 +82,19 @@ impl Client {
     /// Sends a request whose arguments (a map) are encoded straight from `args`, without a
     /// JSON copy of them; returns its id.
     pub fn send_as<A: Serialize>(&mut self, op: &str, args: &A) -> Result<u64, ClientError> {
-        #[derive(Serialize)]
-        struct Outgoing<'a, A> {
-            id: u64,
-            op: &'a str,
-            args: &'a A,
-        }
-        let id = self.next_id;
-        self.next_id += 1;
-        let req = Outgoing { id, op, args };
-        self.send_frame(|b| rmp_serde::encode::write_named(&mut b.writer(), &req).map_err(|e| e.to_string()))?;
-        Ok(id)
+        self.send_with(op, |b| {
+            rmp_serde::encode::write_named(&mut b.writer(), args).map_err(|e| e.to_string())
+        })
     }
 
     /// Sends a request whose arguments (a map) `write_args` writes as MessagePack itself (parts
-    /// of them encoded once and sent again as bytes); returns its id.
-    pub fn send_with(&mut self, op: &str, write_args: impl FnOnce(&mut BytesMut)) -> Result<u64, ClientError> {
+    /// of them encoded once and sent again as bytes, say); returns its id. Nothing is sent when
+    /// it fails.
+    pub fn send_with(
+        &mut self,
+        op: &str,
+        write_args: impl FnOnce(&mut BytesMut) -> Result<(), String>,
+    ) -> Result<u64, ClientError> {
         use rmp::encode::{write_map_len, write_str, write_uint};
         let id = self.next_id;
         self.next_id += 1;
@@ -110,8 +107,7 @@ impl Client {
                 .and_then(|_| write_str(&mut w, op))
                 .and_then(|_| write_str(&mut w, "args"));
             envelope.map_err(|e| e.to_string())?;
-            write_args(b);
-            Ok(())
+            write_args(b)
         })?;
         Ok(id)
     }
