@@ -55,6 +55,21 @@ pub fn request_path_thread() -> bool {
     }
 }
 
+/// Builds rayon's global pool, before anything starts it, with threads of the request path:
+/// recall's query embedding runs its matrix products there (the lanes have pools of their own,
+/// at nice 10). A forward pass wakes these threads dozens of times (each product is split over
+/// them); with the default slice each wake could wait out a lane thread's slice on a busy core.
+/// False when the pool was built already (then it stays as it is).
+pub fn request_path_model_pool() -> bool {
+    rayon::ThreadPoolBuilder::new()
+        .thread_name(|k| format!("recalld-model-{k}"))
+        .start_handler(|_| {
+            request_path_thread();
+        })
+        .build_global()
+        .is_ok()
+}
+
 /// Lowers the calling thread's CPU priority (Linux: a thread id is a process id to setpriority).
 pub fn background_thread() {
     // SAFETY: gettid and setpriority take no pointers; a failure only leaves the priority as is.
@@ -94,6 +109,24 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn the_global_pools_threads_are_request_path_threads() {
+        // Only when this test built the pool (another test's model may have started it first).
+        if !request_path_model_pool() {
+            return;
+        }
+        let granted = std::thread::spawn(request_path_thread).join().unwrap();
+        let own = nice();
+        let threads = rayon::broadcast(|_| (std::thread::current().name().map(str::to_owned), nice(), slice()));
+        for (name, nice, slice) in threads {
+            assert!(name.is_some_and(|n| n.starts_with("recalld-model-")));
+            assert_eq!(nice, own, "not lowered like the lanes' pools");
+            if let (true, Some(s)) = (granted, slice) {
+                assert_eq!(s, REQUEST_SLICE_NANOS);
+            }
+        }
     }
 
     #[test]

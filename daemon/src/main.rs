@@ -324,6 +324,9 @@ fn serve(over: Overrides) -> Result<(), ExitCode> {
         }
     };
     init_logging(&settings.log);
+    if !recalld::cpu::request_path_model_pool() {
+        tracing::debug!("rayon's global pool was built before; its threads keep their slices");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         // Its threads (the workers, which run the engine's ops, and the blocking pool) are the
         // request path.
